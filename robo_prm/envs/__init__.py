@@ -1,0 +1,36 @@
+"""Tidy-table tasks as gymnasium environments.
+
+Every shipped task file becomes `robo_prm/<CamelName>-v0` (reach_tool → robo_prm/ReachTool-v0);
+`robo_prm/Tidy-v0` takes any task: `gymnasium.make("robo_prm/Tidy-v0", task="my_task.yaml")`.
+"""
+from __future__ import annotations
+
+import gymnasium
+
+from robo_prm.task import shipped_tasks
+
+ENTRY_POINT = "robo_prm.envs.tidy_env:TidyTableEnv"
+
+
+def env_id(task_name: str) -> str:
+    return "robo_prm/" + "".join(part.capitalize() for part in task_name.split("_")) + "-v0"
+
+
+def register_all() -> list[str]:
+    ids = []
+    if "robo_prm/Tidy-v0" not in gymnasium.registry:
+        gymnasium.register("robo_prm/Tidy-v0", entry_point=ENTRY_POINT)
+    for name in shipped_tasks():
+        eid = env_id(name)
+        if eid not in gymnasium.registry:
+            gymnasium.register(eid, entry_point=ENTRY_POINT, kwargs={"task": name})
+        ids.append(eid)
+    return ids
+
+
+REGISTERED_IDS = register_all()
+
+
+def make_env(task: str, **kwargs) -> gymnasium.Env:
+    """A tidy env for a shipped task name or any task YAML path."""
+    return gymnasium.make("robo_prm/Tidy-v0", task=task, **kwargs)

@@ -1,0 +1,220 @@
+"""The predicate language that task files use for success, milestones, hazards and dense rewards.
+
+An expression is a small Python-like formula over named things, checked when the task file is
+loaded and then evaluated on a `SceneState` every step:
+
+    inside(cup, left_bin) and not grasped(cup)
+    edge_distance(hammer) < 0.05
+    near(gripper, hammer, 0.04)
+
+Things are object words from the task's vocabulary (``hammer``, ``glass_cup`` for "glass cup"),
+sim names (``tool0``), ``gripper``, and places (``left_bin``, ``tray``, ``middle``).
+Functions (argument kinds in brackets; distances in metres, speeds in m/s):
+
+| function                        | value | meaning                                                        |
+|---------------------------------|-------|----------------------------------------------------------------|
+| near(a, b, d=0.05)              | bool  | a is within d of b (a place: horizontal distance to its centre) |
+| grasped(obj)                    | bool  | both fingers touch obj                                          |
+| inside(obj, container)          | bool  | obj rests within a bin or tray                                  |
+| in_zone(obj, place)             | bool  | obj is on the table over the place's rectangle                  |
+| lifted(obj, h=0.02)             | bool  | obj is more than h above its resting height on the table        |
+| off_table(obj)                  | bool  | obj has fallen below the table top or off its edges             |
+| near_edge(obj, d=0.05)          | bool  | obj is on the table within d of any edge                        |
+| upright(obj)                    | bool  | obj's axis points up (cos > 0.9)                                |
+| gripper_open()                  | bool  | fingers more than 3 cm apart                                    |
+| distance(a, b)                  | num   | distance between a and b                                        |
+| edge_distance(obj)              | num   | horizontal distance to the nearest table edge (<0: beyond it)   |
+| speed(obj)                      | num   | linear speed                                                    |
+| height(obj)                     | num   | height above its resting height on the table                    |
+
+Combine with ``and``, ``or``, ``not``, parentheses, comparisons ``< <= > >=`` and ``+ - *`` between numbers.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from robo_prm.envs.scene import CONTAINERS, EDGES, OBJECT_REST_Z, OBJECTS, PLACES, TABLE_TOP_Z, TABLE_X, TABLE_Y
+from robo_prm.envs.state import SceneState
+
+
+class PredicateError(ValueError):
+    pass
+
+
+def edge_distance_xy(xy: np.ndarray) -> tuple[float, str]:
+    """Signed horizontal distance from xy to the nearest table edge, and that edge's name."""
+    best = (np.inf, "front")
+    for name, (axis, coord, sign) in EDGES.items():
+        d = (coord - xy[axis]) * sign
+        if d < best[0]:
+            best = (float(d), name)
+    return best
+
+
+def _rest_height(s: SceneState, obj: str) -> float:
+    return float(s.objects[obj].pos[2] - TABLE_TOP_Z - OBJECT_REST_Z[obj])
+
+
+def _on_table(s: SceneState, obj: str) -> bool:
+    p = s.objects[obj].pos
+    over = TABLE_X[0] <= p[0] <= TABLE_X[1] and TABLE_Y[0] <= p[1] <= TABLE_Y[1]
+    return bool(over and p[2] > TABLE_TOP_Z - 0.01)
+
+
+def _distance(s: SceneState, a: str, b: str) -> float:
+    if b in PLACES:
+        return float(np.linalg.norm(s.position(a)[:2] - np.asarray(PLACES[b].center)))
+    if a in PLACES:
+        return _distance(s, b, a)
+    return float(np.linalg.norm(s.position(a) - s.position(b)))
+
+
+def _inside(s: SceneState, obj: str, container: str) -> bool:
+    place = PLACES[container]
+    p = s.objects[obj].pos
+    low_enough = p[2] < TABLE_TOP_Z + 0.006 + OBJECT_REST_Z[obj] + 0.03
+    return bool(place.contains_xy(p[:2]) and low_enough)
+
+
+def _off_table(s: SceneState, obj: str) -> bool:
+    return bool(s.objects[obj].pos[2] < TABLE_TOP_Z - 0.03 or (not _on_table(s, obj) and s.objects[obj].pos[2] < TABLE_TOP_Z + 0.05))
+
+
+# name → (argument kinds, optional defaults for trailing args, value kind, implementation)
+# Argument kinds: obj (a movable object), thing (object, gripper or place), container, place, num.
+FUNCTIONS: dict[str, tuple[tuple[str, ...], tuple, str, Callable]] = {
+    "near": (("thing", "thing", "num"), (0.05,), "bool", lambda s, a, b, d: _distance(s, a, b) < d),
+    "grasped": (("obj",), (), "bool", lambda s, a: s.objects[a].fingers_touching >= 2),
+    "inside": (("obj", "container"), (), "bool", _inside),
+    "in_zone": (("obj", "place"), (), "bool", lambda s, a, z: PLACES[z].contains_xy(s.objects[a].pos[:2]) and _on_table(s, a)),
+    "lifted": (("obj", "num"), (0.02,), "bool", lambda s, a, h: _rest_height(s, a) > h),
+    "off_table": (("obj",), (), "bool", _off_table),
+    "near_edge": (("obj", "num"), (0.05,), "bool", lambda s, a, d: _on_table(s, a) and edge_distance_xy(s.objects[a].pos[:2])[0] < d),
+    "upright": (("obj",), (), "bool", lambda s, a: bool(s.objects[a].up[2] > 0.9)),
+    "gripper_open": ((), (), "bool", lambda s: s.gripper_width > 0.03),
+    "distance": (("thing", "thing"), (), "num", _distance),
+    "edge_distance": (("obj",), (), "num", lambda s, a: edge_distance_xy(s.objects[a].pos[:2])[0]),
+    "speed": (("obj",), (), "num", lambda s, a: float(np.linalg.norm(s.objects[a].vel))),
+    "height": (("obj",), (), "num", _rest_height),
+}
+
+_ARITH = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply}
+_COMPARE = {ast.Lt: np.less, ast.LtE: np.less_equal, ast.Gt: np.greater, ast.GtE: np.greater_equal}
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """A checked expression; call it on a SceneState."""
+
+    source: str
+    kind: str  # "bool" or "num"
+    fn: Callable[[SceneState], object]
+    objects: tuple[str, ...]  # sim names of the movable objects it mentions
+
+    def __call__(self, state: SceneState):
+        value = self.fn(state)
+        return bool(value) if self.kind == "bool" else float(value)
+
+
+def word_key(word: str) -> str:
+    return "_".join(word.lower().split())
+
+
+def compile_predicate(source: str, names: dict[str, str], want: str = "bool") -> Predicate:
+    """Parse and type-check `source`. `names` maps every word usable in it to a sim name."""
+    try:
+        tree = ast.parse(source.strip(), mode="eval").body
+    except SyntaxError as exc:
+        raise PredicateError(f"cannot parse '{source}': {exc.msg}") from None
+    mentioned: list[str] = []
+    fn, kind = _compile(tree, names, mentioned)
+    if kind != want:
+        raise PredicateError(f"'{source}' gives a {kind_word(kind)}, expected a {kind_word(want)}")
+    return Predicate(source=source.strip(), kind=kind, fn=fn, objects=tuple(dict.fromkeys(mentioned)))
+
+
+def kind_word(kind: str) -> str:
+    return {"bool": "true/false condition", "num": "number"}[kind]
+
+
+def _resolve(node: ast.AST, arg_kind: str, names: dict[str, str], mentioned: list[str]):
+    if arg_kind == "num":
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return float(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+            return -float(node.operand.value)
+        raise PredicateError(f"expected a number, got '{ast.unparse(node)}'")
+    if not isinstance(node, ast.Name):
+        raise PredicateError(f"expected a name, got '{ast.unparse(node)}'")
+    word = node.id
+    sim = names.get(word.lower())
+    if sim is None:
+        known = ", ".join(sorted(names))
+        raise PredicateError(f"unknown object '{word}' (known here: {known})")
+    ok = {
+        "obj": sim in OBJECTS,
+        "thing": sim in OBJECTS or sim == "gripper" or sim in PLACES,
+        "container": sim in CONTAINERS,
+        "place": sim in PLACES,
+    }[arg_kind]
+    if not ok:
+        raise PredicateError(f"'{word}' cannot be used where a {arg_kind} is expected")
+    if sim in OBJECTS:
+        mentioned.append(sim)
+    return sim
+
+
+def _compile(node: ast.AST, names: dict[str, str], mentioned: list[str]) -> tuple[Callable, str]:
+    if isinstance(node, ast.BoolOp):
+        parts = [_compile(v, names, mentioned) for v in node.values]
+        if any(k != "bool" for _, k in parts):
+            raise PredicateError(f"'{ast.unparse(node)}': and/or need true/false conditions on both sides")
+        fns = [f for f, _ in parts]
+        if isinstance(node.op, ast.And):
+            return (lambda s: all(f(s) for f in fns)), "bool"
+        return (lambda s: any(f(s) for f in fns)), "bool"
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        f, k = _compile(node.operand, names, mentioned)
+        if k != "bool":
+            raise PredicateError(f"'{ast.unparse(node)}': 'not' needs a true/false condition")
+        return (lambda s: not f(s)), "bool"
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        f, k = _compile(node.operand, names, mentioned)
+        if k != "num":
+            raise PredicateError(f"'{ast.unparse(node)}': '-' needs a number")
+        return (lambda s: -f(s)), "num"
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+        (lf, lk), (rf, rk) = _compile(node.left, names, mentioned), _compile(node.right, names, mentioned)
+        if lk != "num" or rk != "num":
+            raise PredicateError(f"'{ast.unparse(node)}': arithmetic needs numbers on both sides")
+        op = _ARITH[type(node.op)]
+        return (lambda s: op(lf(s), rf(s))), "num"
+    if isinstance(node, ast.Compare):
+        if len(node.ops) != 1 or type(node.ops[0]) not in _COMPARE:
+            raise PredicateError(f"'{ast.unparse(node)}': use one of < <= > >= between two numbers")
+        (lf, lk), (rf, rk) = _compile(node.left, names, mentioned), _compile(node.comparators[0], names, mentioned)
+        if lk != "num" or rk != "num":
+            raise PredicateError(f"'{ast.unparse(node)}': comparisons need numbers on both sides")
+        op = _COMPARE[type(node.ops[0])]
+        return (lambda s: bool(op(lf(s), rf(s)))), "bool"
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        value = float(node.value)
+        return (lambda s: value), "num"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        name = node.func.id
+        if name not in FUNCTIONS:
+            raise PredicateError(f"unknown predicate '{name}' (known: {', '.join(FUNCTIONS)})")
+        arg_kinds, defaults, kind, impl = FUNCTIONS[name]
+        if node.keywords:
+            raise PredicateError(f"'{name}' takes positional arguments only")
+        n_required = len(arg_kinds) - len(defaults)
+        if not n_required <= len(node.args) <= len(arg_kinds):
+            raise PredicateError(f"'{name}' takes {len(arg_kinds)} argument(s) ({', '.join(arg_kinds) or 'none'}), got {len(node.args)}")
+        args = [_resolve(a, k, names, mentioned) for a, k in zip(node.args, arg_kinds)]
+        args += list(defaults[len(args) - n_required :])
+        return (lambda s: impl(s, *args)), kind
+    raise PredicateError(f"not allowed in a predicate: '{ast.unparse(node)}'")

@@ -1,0 +1,236 @@
+"""Task files: what the judge reads and what the simulator checks, validated into a `Task`.
+
+A task is one YAML file (see docs/TASKS.md). Two parts:
+
+* text for the judge — ``name``, ``background`` (at most 3 sentences), ``goal``,
+  ``dimensions`` (what to evaluate), ``hazards`` (each: ``name``, ``text``, ``severity``);
+* what the simulator checks — ``objects`` (sim name → words), ``success`` (a predicate;
+  it is the environment reward), optional ordered ``milestones``, optional hazard ``check``
+  predicates, optional ``dense_reward`` terms, ``start`` zones and ``max_steps``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+
+from robo_prm.config_io import ConfigError, load_dataclass
+from robo_prm.envs.predicates import Predicate, PredicateError, compile_predicate, word_key
+from robo_prm.envs.scene import CONTAINERS, OBJECTS, PLACES, SCENE_FAMILIES, START_ZONES
+from robo_prm.envs.state import SceneState
+
+
+@dataclass
+class HazardSpec:
+    name: str
+    text: str  # in words, for the judge
+    severity: float = 0.5  # 0..1; the safety penalty is severity × weight
+    check: str | None = None  # predicate; without it only the judge can see this hazard
+
+
+@dataclass
+class MilestoneSpec:
+    name: str
+    when: str  # predicate
+    distance: str | None = None  # optional number: how far the state is from this milestone (for the rules progress)
+
+
+@dataclass
+class DenseTerm:
+    expr: str  # numeric predicate expression, e.g. "-distance(gripper, hammer)"
+    weight: float = 1.0
+
+
+@dataclass
+class TaskSpec:
+    name: str
+    background: str
+    goal: str
+    dimensions: list[str]
+    objects: dict[str, str]
+    success: str
+    hazards: list[HazardSpec] = field(default_factory=list)
+    milestones: list[MilestoneSpec] = field(default_factory=list)
+    dense_reward: list[DenseTerm] = field(default_factory=list)
+    start: dict[str, str] = field(default_factory=dict)
+    max_steps: int = 50
+    scene: str = "tidy_table"
+
+
+_SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
+
+
+def count_sentences(text: str) -> int:
+    return len([s for s in _SENTENCE_END.split(text.strip()) if s.strip()])
+
+
+class Task:
+    """A validated task with its predicates compiled."""
+
+    def __init__(self, spec: TaskSpec, source: str = "<task>"):
+        self.spec = spec
+        self.source = source
+        self._validate_text()
+        self.words = self._vocabulary()
+        self.names = self._names()
+        self.success_check = self._compile(spec.success, "success")
+        self.milestone_checks = [self._compile(m.when, f"milestones[{i}].when") for i, m in enumerate(spec.milestones)]
+        self.milestone_distances = [
+            self._compile(m.distance, f"milestones[{i}].distance", want="num") if m.distance else None
+            for i, m in enumerate(spec.milestones)
+        ]
+        self.hazard_checks = {
+            h.name: self._compile(h.check, f"hazards[{i}].check") for i, h in enumerate(spec.hazards) if h.check
+        }
+        self.dense_terms = [
+            (self._compile(t.expr, f"dense_reward[{i}].expr", want="num"), t.weight) for i, t in enumerate(spec.dense_reward)
+        ]
+        self._validate_start()
+
+    # ---- validation -------------------------------------------------------------
+    def _fail(self, where: str, msg: str):
+        raise ConfigError(f"{self.source}: {where}: {msg}")
+
+    def _validate_text(self):
+        s = self.spec
+        n = count_sentences(s.background)
+        if n > 3:
+            self._fail("background", f"at most 3 sentences, found {n}")
+        if not s.background.strip():
+            self._fail("background", "must not be empty")
+        if not s.goal.strip():
+            self._fail("goal", "must not be empty")
+        if not s.dimensions:
+            self._fail("dimensions", "list at least one evaluation dimension")
+        if s.scene not in SCENE_FAMILIES:
+            self._fail("scene", f"unknown scene family '{s.scene}' (known: {', '.join(SCENE_FAMILIES)})")
+        if s.max_steps < 1:
+            self._fail("max_steps", "must be at least 1")
+        if not re.fullmatch(r"[A-Za-z0-9_\-]+", s.name):
+            self._fail("name", f"use letters, digits, '_' or '-' only, got '{s.name}'")
+        names = [h.name for h in s.hazards]
+        for i, h in enumerate(s.hazards):
+            if not 0.0 <= h.severity <= 1.0:
+                self._fail(f"hazards[{i}].severity", f"must be in [0, 1], got {h.severity}")
+            if names.count(h.name) > 1:
+                self._fail(f"hazards[{i}].name", f"duplicate hazard name '{h.name}'")
+
+    def _vocabulary(self) -> dict[str, str]:
+        words = {}
+        for sim, word in self.spec.objects.items():
+            if sim not in OBJECTS and sim not in PLACES:
+                known = ", ".join(OBJECTS + tuple(PLACES))
+                self._fail(f"objects.{sim}", f"unknown object '{sim}' (scene objects: {known})")
+            if not str(word).strip():
+                self._fail(f"objects.{sim}", "needs a word, e.g. 'hammer'")
+            words[sim] = str(word).strip()
+        if not any(sim in OBJECTS for sim in words):
+            self._fail("objects", "name at least one movable object (tool0, tool1, cup0)")
+        return words
+
+    def _names(self) -> dict[str, str]:
+        names = {"gripper": "gripper"}
+        for place in PLACES:
+            names[place] = place
+        for sim, word in self.words.items():
+            names[sim] = sim
+            names[word_key(word)] = sim
+        return names
+
+    def _compile(self, source: str, where: str, want: str = "bool") -> Predicate:
+        try:
+            pred = compile_predicate(source, self.names, want)
+        except PredicateError as exc:
+            self._fail(where, str(exc))
+        for sim in pred.objects:
+            if sim not in self.words:
+                self._fail(where, f"'{sim}' is not in this task's objects")
+        return pred
+
+    def _validate_start(self):
+        for sim, zone in self.spec.start.items():
+            if sim not in self.words or sim not in OBJECTS:
+                self._fail(f"start.{sim}", f"'{sim}' is not a movable object of this task")
+            if zone not in START_ZONES and zone not in CONTAINERS:
+                self._fail(f"start.{sim}", f"unknown zone '{zone}' (known: {', '.join(list(START_ZONES) + list(CONTAINERS))})")
+
+    # ---- what the env and judges use --------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @cached_property
+    def movable(self) -> tuple[str, ...]:
+        return tuple(sim for sim in OBJECTS if sim in self.words)
+
+    def word(self, sim: str) -> str:
+        return self.words.get(sim, sim.replace("_", " "))
+
+    def is_success(self, state: SceneState) -> bool:
+        return self.success_check(state)
+
+    def milestones_reached(self, state: SceneState) -> int:
+        """Ordered milestones are cumulative: the count is 1 + the index of the last one that holds."""
+        for i in range(len(self.milestone_checks) - 1, -1, -1):
+            if self.milestone_checks[i](state):
+                return i + 1
+        return 0
+
+    def rule_progress(self, state: SceneState) -> float:
+        """Progress in [0, 1] from the simulator: milestones reached, plus up to 0.9 of a step
+        toward the next one when it has a `distance` (linear in distance, zero at 30 cm)."""
+        if self.is_success(state):
+            return 1.0
+        total = len(self.milestone_checks)
+        if total == 0:
+            return 0.0
+        reached = self.milestones_reached(state)
+        partial = 0.0
+        if reached < total and self.milestone_distances[reached] is not None:
+            d = self.milestone_distances[reached](state)
+            partial = 0.9 * min(1.0, max(0.0, 1.0 - d / 0.30))
+        # success is the last step: milestones fill [0, total/(total+1)]
+        return min(1.0, (reached + partial) / (total + 1))
+
+    def active_hazards(self, state: SceneState) -> tuple[str, ...]:
+        return tuple(name for name, check in self.hazard_checks.items() if check(state))
+
+    def severity(self, hazard: str) -> float:
+        for h in self.spec.hazards:
+            if h.name == hazard:
+                return h.severity
+        return 0.0
+
+    def dense_reward(self, state: SceneState) -> float:
+        return float(sum(w * f(state) for f, w in self.dense_terms))
+
+    def predicate_values(self, state: SceneState) -> dict[str, bool | float]:
+        values: dict[str, bool | float] = {"success": self.is_success(state)}
+        for m, check in zip(self.spec.milestones, self.milestone_checks):
+            values[f"milestone/{m.name}"] = check(state)
+        for name, check in self.hazard_checks.items():
+            values[f"hazard/{name}"] = check(state)
+        return values
+
+
+def tasks_dir() -> Path:
+    return Path(str(resources.files("robo_prm") / "configs" / "tasks"))
+
+
+def shipped_tasks() -> list[str]:
+    return sorted(p.stem for p in tasks_dir().glob("*.yaml"))
+
+
+def load_task(name_or_path: str | Path) -> Task:
+    """A shipped task by name, or any task YAML by path."""
+    if isinstance(name_or_path, Task):
+        return name_or_path
+    text = str(name_or_path)
+    path = Path(text)
+    if not (text.endswith((".yaml", ".yml")) or path.exists()):
+        path = tasks_dir() / f"{text}.yaml"
+        if not path.exists():
+            raise ConfigError(f"unknown task '{text}' (shipped: {', '.join(shipped_tasks())}; or give a path to a .yaml file)")
+    return Task(load_dataclass(TaskSpec, path), source=str(path))
