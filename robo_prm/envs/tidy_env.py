@@ -227,6 +227,11 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
         obs = np.concatenate(parts).astype(np.float32)
         return np.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
 
+    def _state_features(self, s: SceneState) -> np.ndarray:
+        """Positions that matter to this task, for the judgement cache's nearest-neighbour reuse."""
+        parts = [s.gripper_pos, [s.gripper_width]] + [s.objects[n].pos for n in self.task.movable]
+        return np.concatenate(parts).astype(np.float32)
+
     def _info(self, s: SceneState) -> dict[str, Any]:
         predicates = self.task.predicate_values(s)
         info: dict[str, Any] = {
@@ -238,5 +243,5 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
             "step": self._steps,
         }
         if self.captioner is not None:
-            info["description"] = self.captioner(s)
+            info["description"] = self.captioner(s, features=self._state_features(s))
         return info

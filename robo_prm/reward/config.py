@@ -1,0 +1,48 @@
+"""Settings of the blended reward (the `reward:` section of a train config)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class Stage:
+    """Weights that hold from `start_step` (total env steps) until the next stage."""
+
+    start_step: int
+    env: float
+    llm: float
+    explore: float
+
+
+def method_stages() -> list[Stage]:
+    # The write-up's staged table: the LLM weight decays but a tenth of it stays late.
+    return [Stage(0, 0.5, 0.4, 0.1), Stage(1_000_000, 0.7, 0.25, 0.05), Stage(3_000_000, 0.9, 0.08, 0.02)]
+
+
+@dataclass
+class RewardConfig:
+    schedule: Literal["staged", "linear", "constant"] = "staged"
+    stages: list[Stage] = field(default_factory=method_stages)  # "linear" interpolates between stage starts
+    safety_weight: float = 0.5  # × Σ severity of the hazards the judge reports
+    progress: Literal["potential", "raw"] = "potential"  # γΦ(s′) − Φ(s), or the method's raw score
+    gamma: float = 0.99  # for potential shaping; match the algorithm's discount
+    judge_every: int = 4  # judge every k-th step of an episode; hold the last judgement in between
+    normalize: bool = True  # running z-score of the progress term
+    ema: float = 0.99
+    clip: float = 5.0  # |z| bound after normalisation
+    novelty: Literal["count", "none"] = "count"  # 1/sqrt(N) over described states
+    cache: bool = True  # reuse judgements of identical descriptions and near-identical features
+    cache_radius: float = 0.05  # feature distance under which a cached judgement is reused
+    cache_size: int = 50_000
+
+    def __post_init__(self):
+        if self.judge_every < 1:
+            raise ValueError("judge_every must be at least 1")
+        if not 0.0 < self.ema < 1.0:
+            raise ValueError(f"ema must be in (0, 1), got {self.ema}")
+        if not self.stages:
+            raise ValueError("stages: give at least one stage")
+        starts = [s.start_step for s in self.stages]
+        if starts != sorted(starts) or starts[0] != 0:
+            raise ValueError("stages: start_step must begin at 0 and increase")

@@ -1,0 +1,30 @@
+"""Running z-score with exponential moving averages (the method's EMA 0.99 normaliser)."""
+from __future__ import annotations
+
+import math
+
+
+class RunningZScore:
+    def __init__(self, ema: float = 0.99, clip: float = 5.0, eps: float = 1e-4):
+        self.ema, self.clip, self.eps = ema, clip, eps
+        self.mean, self.var, self.count = 0.0, 1.0, 0
+
+    def __call__(self, x: float) -> float:
+        """Update with x, then return x normalised (clipped; NaN/inf in → 0 out, stats untouched)."""
+        if not math.isfinite(x):
+            return 0.0
+        if self.count == 0:
+            self.mean, self.var = x, 1.0
+        else:
+            d = x - self.mean
+            self.mean += (1 - self.ema) * d
+            self.var = self.ema * (self.var + (1 - self.ema) * d * d)
+        self.count += 1
+        z = (x - self.mean) / math.sqrt(self.var + self.eps)
+        return max(-self.clip, min(self.clip, z))
+
+    def state_dict(self) -> dict:
+        return {"mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, d: dict):
+        self.mean, self.var, self.count = float(d["mean"]), float(d["var"]), int(d["count"])

@@ -1,0 +1,66 @@
+"""Build the training VecEnv: tidy envs (+ frame capture) → DummyVecEnv → blended-reward wrapper."""
+from __future__ import annotations
+
+import gymnasium
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+
+from robo_prm.config import TrainConfig
+from robo_prm.envs.tidy_env import TidyTableEnv
+from robo_prm.judge import make_judge
+from robo_prm.reward import LLMRewardVecEnv
+from robo_prm.task import Task
+
+
+class FrameCapture(gymnasium.Wrapper):
+    """Puts the rendered frame into info["frame"] while `capture` is on (episodes being recorded).
+
+    Rendering inside step() is the only way to see an episode's last frame: the VecEnv resets
+    the env before the callback runs."""
+
+    def __init__(self, env: gymnasium.Env):
+        super().__init__(env)
+        self.capture = False
+
+    def set_capture(self, on: bool):
+        self.capture = bool(on)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self.capture:
+            info["frame"] = self.env.render()
+        return obs, reward, terminated, truncated, info
+
+
+def make_tidy_env(task: Task, cfg: TrainConfig, render: bool = True, reward_mode: str | None = None) -> gymnasium.Env:
+    mode = reward_mode or ("dense" if cfg.reward_source == "dense" else "sparse")
+    size = cfg.record.frame_size
+    env = TidyTableEnv(task, reward_mode=mode, render_mode="rgb_array" if render else None, width=size, height=size)
+    if env.captioner is not None:
+        env.captioner.milestone_line = cfg.describe.milestone_line and bool(task.milestone_checks)
+    return env
+
+
+def make_vec_env(task: Task, cfg: TrainConfig, judge=None) -> VecEnv:
+    def factory(rank: int):
+        def _make():
+            env = FrameCapture(make_tidy_env(task, cfg))
+            env.reset(seed=cfg.seed + rank)
+            return Monitor(env)
+
+        return _make
+
+    venv = DummyVecEnv([factory(i) for i in range(cfg.n_envs)])
+    venv.seed(cfg.seed)
+    if cfg.reward_source == "blend":
+        venv = LLMRewardVecEnv(venv, task, judge if judge is not None else make_judge(cfg.judge), cfg.reward)
+    return venv
+
+
+def find_blend(venv):
+    """The BlendedReward inside a (possibly wrapped) VecEnv, or None for env-reward baselines."""
+    while venv is not None:
+        if isinstance(venv, LLMRewardVecEnv):
+            return venv.blend
+        venv = getattr(venv, "venv", None)
+    return None

@@ -1,0 +1,92 @@
+"""Run a policy for N seeded episodes: success, return, hazard events; optionally judged and recorded."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from robo_prm.config import TrainConfig
+from robo_prm.replay.episode import EpisodeWriter
+from robo_prm.reward import LLMRewardWrapper
+from robo_prm.task import Task
+from robo_prm.train.envs import make_tidy_env
+from robo_prm.train.recorder import episode_meta, step_record
+
+
+@dataclass
+class EpisodeResult:
+    seed: int
+    success: bool
+    env_return: float
+    hazard_events: int  # hazard onsets (a hazard switching on), per the task's hazard checks
+    steps: int
+    path: str | None = None
+
+
+def hazard_onsets(hazards_per_step: list[tuple]) -> int:
+    prev: set = set()
+    n = 0
+    for h in hazards_per_step:
+        n += len(set(h) - prev)
+        prev = set(h)
+    return n
+
+
+def run_episodes(
+    policy: Callable[[np.ndarray], np.ndarray],
+    task: Task,
+    cfg: TrainConfig,
+    episodes: int,
+    seed: int,
+    judge=None,
+    record_dir: Path | None = None,
+    n_record: int = 0,
+    run: str = "",
+    env_steps: int = 0,
+    prefix: str = "ep",
+) -> list[EpisodeResult]:
+    """Seeds are seed, seed+1, …; the first n_record episodes are judged with reasons and written."""
+    render = record_dir is not None and n_record > 0
+    env = make_tidy_env(task, cfg, render=render, reward_mode="sparse")
+    judged = LLMRewardWrapper(env, judge, cfg.reward, task) if (judge is not None and render) else None
+    results = []
+    try:
+        for k in range(episodes):
+            recording = render and k < n_record
+            e = judged if (recording and judged is not None) else env
+            if judged is not None:
+                judged.blend.explain[0] = recording
+            obs, info = e.reset(seed=seed + k)
+            writer = None
+            if recording:
+                writer = EpisodeWriter(record_dir / f"{prefix}_{k:04d}", episode_meta(task, run, cfg.algo, seed + k, env_steps), overwrite=True)
+                writer.add_frame(env.render())
+            hazards, ret, t, done = [], 0.0, 0, False
+            while not done:
+                action = policy(obs)
+                obs, r, term, trunc, info = e.step(action)
+                env_r = info.get("reward_terms", {}).get("term/env", r)
+                ret += float(env_r)
+                hazards.append(tuple(info.get("hazards", ())))
+                if writer is not None:
+                    writer.add_frame(env.render())
+                    writer.add_step(step_record(t, action, info, env_r))
+                t += 1
+                done = term or trunc
+            path = str(writer.close()) if writer is not None else None
+            results.append(EpisodeResult(seed + k, bool(info.get("is_success")), ret, hazard_onsets(hazards), t, path))
+    finally:
+        env.close()
+    return results
+
+
+def summarize(results: list[EpisodeResult]) -> dict[str, float]:
+    return {
+        "episodes": len(results),
+        "success_rate": float(np.mean([r.success for r in results])) if results else 0.0,
+        "mean_return": float(np.mean([r.env_return for r in results])) if results else 0.0,
+        "hazard_events_per_episode": float(np.mean([r.hazard_events for r in results])) if results else 0.0,
+        "mean_length": float(np.mean([r.steps for r in results])) if results else 0.0,
+    }

@@ -1,0 +1,186 @@
+"""train(cfg) → a run directory; resume(run_dir) continues it; load_policy(run_dir) for eval/enjoy.
+
+Run directory layout (runs/{task}__{algo}__{seed}__{time}/):
+    config.yaml        the resolved config (defaults ← YAML ← CLI)
+    tb/                TensorBoard logs
+    checkpoints/       step_XXXXXXXXX/{model.zip, replay_buffer.pkl, state.pkl} + `latest`
+    episodes/          recorded training episodes (ep_XXXX/, see docs/EPISODES.md)
+    eval/              eval_history.json and recorded evaluation episodes
+    final_model.zip
+"""
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+
+from robo_prm.config import TrainConfig, config_to_yaml, load_train_config
+from robo_prm.config_io import ConfigError, from_dict
+from robo_prm.task import load_task
+from robo_prm.train.algos import DEFAULTS, load_algo, make_algo
+from robo_prm.train.callbacks import CheckpointEvery, ProgressBar, RewardLogger, latest_checkpoint, save_checkpoint
+from robo_prm.train.envs import find_blend, make_vec_env
+from robo_prm.train.recorder import EpisodeRecorder
+from robo_prm.train.rollouts import run_episodes, summarize
+
+log = logging.getLogger(__name__)
+
+
+class EvalEvery(BaseCallback):
+    """Every `every` steps: deterministic episodes on fresh seeds; success and hazard events to TensorBoard."""
+
+    def __init__(self, task, cfg: TrainConfig, out_dir: Path, run: str):
+        super().__init__()
+        self.task, self.cfg, self.out_dir, self.run = task, cfg, out_dir, run
+        self._last = 0
+        self.history: list[dict] = []
+
+    def _on_step(self) -> bool:
+        every = self.cfg.eval.every_steps
+        if every > 0 and self.num_timesteps - self._last >= every:
+            self._last = self.num_timesteps
+            self.evaluate()
+        return True
+
+    def evaluate(self):
+        blend = find_blend(self.training_env)
+        policy = lambda obs: self.model.predict(obs, deterministic=True)[0]  # noqa: E731
+        results = run_episodes(
+            policy, self.task, self.cfg, self.cfg.eval.episodes, seed=10_000 + self.cfg.seed,
+            judge=blend.judge if blend is not None else None,
+            record_dir=self.out_dir / f"step_{self.num_timesteps:09d}", n_record=self.cfg.eval.record,
+            run=self.run, env_steps=self.num_timesteps,
+        )
+        summary = {"env_steps": self.num_timesteps, **summarize(results)}
+        self.history.append(summary)
+        self.logger.record("eval/success_rate", summary["success_rate"])
+        self.logger.record("eval/hazard_events_per_episode", summary["hazard_events_per_episode"])
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / "eval_history.json").write_text(json.dumps(self.history, indent=1))
+
+
+def run_name(cfg: TrainConfig, task_name: str) -> str:
+    return cfg.run_name or f"{task_name}__{cfg.algo}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _seed_everything(seed: int):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _build(cfg: TrainConfig, run_dir: Path):
+    torch.set_num_threads(cfg.torch_threads)
+    task = load_task(cfg.task)
+    algo_gamma = {**DEFAULTS[cfg.algo], **(cfg.sac if cfg.algo == "sac" else cfg.ppo)}.get("gamma")
+    if algo_gamma is not None:
+        cfg.reward.gamma = float(algo_gamma)  # potential shaping must discount like the learner
+    venv = make_vec_env(task, cfg)
+    return task, venv
+
+
+def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_episode: int = 0) -> Path:
+    stats = RewardLogger()
+    evaluator = EvalEvery(task, cfg, run_dir / "eval", run)
+    callbacks = [stats, CheckpointEvery(run_dir / "checkpoints", cfg.checkpoint_every), evaluator]
+    recorder = None
+    if cfg.record.every_episodes > 0:
+        recorder = EpisodeRecorder(run_dir / "episodes", task, cfg.record.every_episodes, run, cfg.algo, cfg.record.explain, start_episode)
+        callbacks.append(recorder)
+    if cfg.progress_bar:
+        callbacks.append(ProgressBar(cfg.steps, stats))
+    remaining = max(0, cfg.steps - model.num_timesteps)
+    blend = find_blend(venv)
+    extra = lambda: {"episode_index": recorder.episode_index if recorder else 0}  # noqa: E731
+    try:
+        model.learn(total_timesteps=remaining, callback=CallbackList(callbacks), reset_num_timesteps=False, tb_log_name="tb")
+    except KeyboardInterrupt:
+        path = save_checkpoint(model, run_dir / "checkpoints", blend, extra())
+        print(f"\ninterrupted at step {model.num_timesteps}: checkpoint saved to {path}; continue with: robo-prm train --resume {run_dir}")
+        raise
+    save_checkpoint(model, run_dir / "checkpoints", blend, extra())
+    model.save(run_dir / "final_model.zip")
+    if cfg.eval.every_steps > 0 or cfg.eval.episodes > 0:
+        evaluator.evaluate()
+    stats.flush()
+    summary = {"run": run, "env_steps": model.num_timesteps, "train_success_rate_last50": stats.success_rate}
+    if evaluator.history:
+        summary["final_eval"] = evaluator.history[-1]
+    if blend is not None:
+        summary["judge"] = blend.stats()
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
+    venv.close()
+    return run_dir
+
+
+def train(cfg: TrainConfig) -> Path:
+    task = load_task(cfg.task)  # fail on a bad task before making a run directory
+    run = run_name(cfg, task.name)
+    run_dir = Path(cfg.runs_dir) / run
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _seed_everything(cfg.seed)
+    task, venv = _build(cfg, run_dir)
+    (run_dir / "config.yaml").write_text(config_to_yaml(cfg))
+    model = make_algo(cfg, venv, run_dir)
+    return _learn(model, cfg, task, venv, run_dir, run)
+
+
+def load_run_config(run_dir: Path) -> TrainConfig:
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        raise ConfigError(f"{run_dir}: not a run directory (no config.yaml)")
+    try:
+        return from_dict(TrainConfig, yaml.safe_load(path.read_text()) or {})
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def resume(run_dir: Path, steps: int | None = None) -> Path:
+    """Continue a run from its latest checkpoint: step count, replay buffer, reward schedule and normaliser."""
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    if steps is not None:
+        cfg.steps = steps
+    ckpt = latest_checkpoint(run_dir / "checkpoints")
+    if ckpt is None:
+        raise ConfigError(f"{run_dir}/checkpoints: no checkpoint to resume from")
+    task, venv = _build(cfg, run_dir)
+    model = load_algo(cfg.algo, ckpt / "model.zip", venv, cfg.device)
+    model.tensorboard_log = str(run_dir)
+    if isinstance(model, OffPolicyAlgorithm) and (ckpt / "replay_buffer.pkl").exists():
+        model.load_replay_buffer(ckpt / "replay_buffer.pkl")
+    with open(ckpt / "state.pkl", "rb") as f:
+        state = pickle.load(f)
+    blend = find_blend(venv)
+    if blend is not None and state.get("blend"):
+        blend.load_state_dict(state["blend"])
+    rng = state.get("rng", {})
+    if rng:
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+        torch.set_rng_state(rng["torch"])
+    (run_dir / "config.yaml").write_text(config_to_yaml(cfg))
+    return _learn(model, cfg, task, venv, run_dir, run_dir.name, state.get("episode_index", 0))
+
+
+def load_policy(run_dir: Path):
+    """(cfg, task, predict function) for a finished or checkpointed run."""
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    path = run_dir / "final_model.zip"
+    if not path.exists():
+        ckpt = latest_checkpoint(run_dir / "checkpoints")
+        if ckpt is None:
+            raise ConfigError(f"{run_dir}: no final_model.zip and no checkpoint")
+        path = ckpt / "model.zip"
+    model = load_algo(cfg.algo, path, None, cfg.device)
+    return cfg, load_task(cfg.task), (lambda obs: model.predict(obs, deterministic=True)[0])
