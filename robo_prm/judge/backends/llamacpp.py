@@ -1,0 +1,189 @@
+"""llama.cpp backend (the default): the bundled SmolLM2 GGUF or any GGUF file.
+
+Per task the shared prefix (system + task text) is evaluated once; per scene only the
+scene tokens and the short tails are evaluated. Within one task the prefix's KV cells stay
+in the context and are kept by rewinding `n_tokens` (llama.cpp drops the cells past it on
+the next eval – the same mechanism its own prompt cache uses). When another task was
+evaluated in between, the task's `save_state()` snapshot is restored with `load_state()`.
+Rewinding instead of `load_state()` on every scene saves copying the state (~20 MB of
+logits rows for a 100-token prefix) and gives identical logits (tested).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from robo_prm.judge.base import Scored
+from robo_prm.judge.config import JudgeConfig
+from robo_prm.judge.prompt import TaskPrompt, build_prompt, chatml, jinja_renderer, scene_text, task_key
+from robo_prm.judge.scoring import digit_ids, digit_probs, yes_no_ids, yes_probability
+from robo_prm.types import SceneDescription
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def extra_buffers(enabled: bool):
+    """Construct `Llama` models with llama.cpp's extra weight buffers (AMX/repack) on or off.
+
+    llama-cpp-python has no argument for `use_extra_bufts`, so the default-params factory it
+    calls is wrapped while the model loads. Off is our default: on CPUs that advertise AMX
+    where the OS/VM does not grant it, every multi-token decode segfaults in
+    `ggml_backend_amx_mul_mat` (seen on this project's machines with 0.3.36).
+    """
+    import llama_cpp.llama_cpp as lc
+
+    if enabled:
+        yield
+        return
+    orig = lc.llama_model_default_params
+
+    def params():
+        p = orig()
+        p.use_extra_bufts = False
+        return p
+
+    lc.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        lc.llama_model_default_params = orig
+
+
+def disable_extra_buffers() -> None:
+    """Process-wide version of `extra_buffers(False)` (e.g. before starting llama_cpp.server)."""
+    extra_buffers(False).__enter__()
+
+
+@dataclass
+class _TaskTokens:
+    prompt: TaskPrompt
+    prefix: list[int]
+    score_tail: list[int]
+    digits: list[int]
+    hazards: dict[str, tuple[list[int], list[int], list[int]]]  # name → (tail, yes ids, no ids)
+    state: Any = None  # LlamaState after the prefix
+    reason_tails: dict[int, list[int]] = field(default_factory=dict)
+
+
+class LlamaCppBackend:
+    name = "llamacpp"
+
+    def __init__(self, cfg: JudgeConfig):
+        from llama_cpp import Llama
+
+        from robo_prm.judge import bundled_model_path
+
+        self.cfg = cfg
+        self.model_path = cfg.model or bundled_model_path()
+        # logits_all=False: only the last position's logits are computed, which is all we read.
+        with extra_buffers(cfg.extra_buffers):
+            self.llm = Llama(model_path=self.model_path, n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
+                             n_threads_batch=cfg.n_threads, seed=cfg.seed, logits_all=False, verbose=False)
+        self._n_vocab = self.llm.n_vocab()
+        self._eos = self.llm.token_eos()
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        bos = self._piece(self.llm.token_bos())
+        self.render = jinja_renderer(template, bos_token=bos, eos_token=self._piece(self._eos)) if template else chatml
+        # Recurrent models cannot drop KV cells: there every scene restores the saved state.
+        self._can_rewind = not (getattr(self.llm, "_is_recurrent", False) or getattr(self.llm, "_is_hybrid", False))
+        self._tasks: dict[tuple, _TaskTokens] = {}
+
+    # ---- tokens --------------------------------------------------------------------
+    def _piece(self, token: int) -> str:
+        try:
+            return self.llm.detokenize([token], special=True).decode("utf-8", errors="ignore") if token >= 0 else ""
+        except TypeError:  # older llama-cpp-python without `special`
+            return self.llm.detokenize([token]).decode("utf-8", errors="ignore")
+
+    def tokenize(self, text: str, bos: bool = False) -> list[int]:
+        return self.llm.tokenize(text.encode("utf-8"), add_bos=bos, special=True)
+
+    def _task(self, task: Any) -> _TaskTokens:
+        key = task_key(task)
+        tt = self._tasks.get(key)
+        if tt is None:
+            prompt = build_prompt(task, self.render)
+            score_tail, digits = digit_ids(self.tokenize, prompt.score_tail)
+            hazards = {name: yes_no_ids(self.tokenize, tail) for name, tail in prompt.hazard_tails.items()}
+            tt = self._tasks[key] = _TaskTokens(prompt, self.tokenize(prompt.prefix, bos=True), score_tail, digits, hazards)
+        return tt
+
+    # ---- evaluation ----------------------------------------------------------------
+    def _logits(self) -> np.ndarray:
+        """Next-token logits of the last evaluated position (no logits_all needed)."""
+        ptr = self.llm._ctx.get_logits_ith(-1)
+        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).astype(np.float64)
+
+    def _eval(self, tt: _TaskTokens, tokens: list[int]) -> np.ndarray:
+        """Logits after `tokens` (= task prefix + …), evaluating only what the context lacks."""
+        llm, n_prefix = self.llm, len(tt.prefix)
+        if not self.cfg.prefix_reuse:  # the baseline: every prompt from scratch
+            llm.reset()
+            llm.eval(tokens)
+            return self._logits()
+        have = llm.input_ids[: llm.n_tokens]
+        m = min(len(have), len(tokens) - 1)  # at least one token is evaluated, to get its logits
+        same = np.flatnonzero(have[:m] != np.asarray(tokens[:m], dtype=have.dtype))
+        common = int(same[0]) if same.size else m
+        if self._can_rewind and common >= n_prefix:
+            llm.n_tokens = common  # the next eval drops the KV cells past `common`
+        elif tt.state is not None:
+            llm.load_state(tt.state)
+        else:
+            llm.reset()
+            llm.eval(tt.prefix)
+            tt.state = llm.save_state()
+        llm.eval(tokens[llm.n_tokens:])
+        return self._logits()
+
+    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: bool, explain: bool) -> list[Scored]:
+        tt = self._task(task)
+        out = []
+        for scene in scenes:
+            t0 = time.perf_counter()
+            head = tt.prefix + self.tokenize(scene_text(scene))
+            digits, mass = digit_probs(self._eval(tt, head + tt.score_tail), tt.digits)
+            probs = {}
+            if hazards:  # each question continues from the scene's KV cells
+                for name, (tail, yes, no) in tt.hazards.items():
+                    probs[name] = yes_probability(self._eval(tt, head + tail), yes, no)
+            reason = self._reason(tt, head, digits) if explain else None
+            out.append(Scored(digits, mass, probs, reason, (time.perf_counter() - t0) * 1e3))
+        return out
+
+    def _reason(self, tt: _TaskTokens, head: list[int], digits: np.ndarray) -> str:
+        """Greedy reason after 'Score: <expected digit>', up to reason_tokens or a newline."""
+        d = int(round(float(np.dot(digits, np.arange(10)))))
+        if d not in tt.reason_tails:
+            tt.reason_tails[d] = self.tokenize(tt.prompt.reason_tails[d])
+        tokens = head + tt.reason_tails[d]
+        logits = self._eval(tt, tokens)
+        pieces: list[int] = []
+        for _ in range(self.cfg.reason_tokens):
+            tok = int(np.argmax(logits))
+            if tok == self._eos or self._is_eog(tok):
+                break
+            text = self.llm.detokenize(pieces + [tok]).decode("utf-8", errors="ignore")
+            if "\n" in text.lstrip() or len(tokens) + len(pieces) + 1 >= self.cfg.n_ctx:
+                break
+            pieces.append(tok)
+            self.llm.eval([tok])
+            logits = self._logits()
+        return " ".join(self.llm.detokenize(pieces).decode("utf-8", errors="ignore").split())
+
+    def _is_eog(self, tok: int) -> bool:
+        import llama_cpp
+
+        return bool(llama_cpp.llama_vocab_is_eog(self.llm._model.vocab, tok))
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        self._tasks.clear()
+        if llm is not None:
+            llm.close()

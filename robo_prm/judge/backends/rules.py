@@ -1,0 +1,44 @@
+"""The rules judge: what the simulator already knows, as a Judgement.
+
+It is the fallback of every model backend (low confidence, dead server) and a backend of
+its own. Progress = the simulator's continuous `rule_progress` when the describer sets it,
+else the milestone fraction; hazards = the simulator's ground-truth hazard names.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from robo_prm.judge.prompt import severity
+from robo_prm.types import HazardReport, Judgement, SceneDescription
+
+
+def rules_progress(scene: SceneDescription) -> float:
+    rule = getattr(scene, "rule_progress", None)  # added by the describer; older scenes lack it
+    if rule is not None:
+        return min(max(float(rule), 0.0), 1.0) if rule == rule else 0.0
+    reached, total = scene.milestones_reached, scene.milestones_total
+    if total:
+        return min(max((reached or 0) / total, 0.0), 1.0)
+    return 0.0
+
+
+class RulesJudge:
+    name = "rules"
+
+    def judge(self, task: Any, scenes: Sequence[SceneDescription], explain: bool = False) -> list[Judgement]:
+        out = []
+        for scene in scenes:
+            t0 = time.perf_counter()
+            hazards = tuple(HazardReport(h, severity(task, h), 1.0) for h in scene.hazards)
+            progress = rules_progress(scene)
+            reason = None
+            if explain:
+                names = ", ".join(scene.hazards) or "none"
+                reason = f"Rules: progress {progress:.2f} from the simulator; hazards: {names}."
+            out.append(Judgement(progress=progress, confidence=1.0, hazards=hazards, reason=reason,
+                                 backend=self.name, latency_ms=(time.perf_counter() - t0) * 1e3))
+        return out
+
+    def close(self) -> None:
+        pass

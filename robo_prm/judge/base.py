@@ -1,0 +1,39 @@
+"""The judge interface (what reward code calls) and the backend interface (what a model
+answers). Backends only report raw answers; `ConfidentJudge` turns them into Judgements,
+so confidence, fallback and hazard merging live in one place."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from robo_prm.types import Judgement, SceneDescription
+
+
+@runtime_checkable
+class Judge(Protocol):
+    def judge(self, task: Any, scenes: Sequence[SceneDescription], explain: bool = False) -> list[Judgement]:
+        """One Judgement per scene, in order. Never raises for a model failure (falls back)."""
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Scored:
+    """A model's raw answer for one scene."""
+
+    digits: np.ndarray | None  # distribution over 0–9 (sums to 1); None = no usable answer
+    digit_mass: float = 1.0  # share of the next-token mass on digits (vote share for text answers)
+    hazards: dict[str, float] = field(default_factory=dict)  # hazard name → P(present), only those asked
+    reason: str | None = None
+    latency_ms: float = 0.0
+
+
+class Backend(Protocol):
+    name: str
+
+    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: bool, explain: bool) -> list[Scored]:
+        """Raw answers, one per scene. May raise: the caller falls back to rules."""
+
+    def close(self) -> None: ...

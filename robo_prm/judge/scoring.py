@@ -1,0 +1,118 @@
+"""From next-token logits to progress and confidence, without decoding an integer.
+
+The assistant turn is written up to ``Score:`` and the distribution of the next token is
+read over the digit tokens 0–9 (one token each in these tokenizers; "10" would be two, so
+the scale is 0–9): ``progress = E[digit] / 9``, ``score = 1 + 9·progress``.
+
+Confidence (see `summarize`) = P(|digit − median| ≤ 1) × (share of the next-token mass on
+digit tokens). The first factor is the probability that a sampled answer lands within one
+point of the median – the agreement the method's median-of-3 vote relies on, read exactly
+from the distribution instead of sampled. The second factor discounts a model that would
+not answer with a digit at all. Both are in [0, 1]; text-only backends fill the same
+formula from their vote histogram, so the threshold means the same for every backend.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+Tokenize = Callable[[str], list[int]]
+DIGITS = tuple(str(d) for d in range(10))
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = np.asarray(logits, dtype=np.float64)
+    z = z - z.max()
+    e = np.exp(z)
+    return e / e.sum()
+
+
+def digit_probs(logits: np.ndarray, digit_ids: Sequence[int]) -> tuple[np.ndarray, float]:
+    """(distribution over 0–9 renormalised on the digits, share of all mass on the digits)."""
+    p = softmax(logits)[list(digit_ids)]
+    mass = float(p.sum())
+    if not mass > 0.0:  # all digits underflowed: no information, uniform and zero mass
+        return np.full(10, 0.1), 0.0
+    return p / mass, min(mass, 1.0)
+
+
+def summarize(digits: np.ndarray, mass: float) -> tuple[float, float]:
+    """(progress in [0, 1], confidence in [0, 1]) from a distribution over 0–9."""
+    p = np.clip(np.nan_to_num(np.asarray(digits, dtype=np.float64)), 0.0, None)
+    total = p.sum()
+    if total <= 0.0:
+        return 0.0, 0.0
+    p = p / total
+    progress = float(np.dot(p, np.arange(10)) / 9.0)
+    median = int(np.searchsorted(np.cumsum(p), 0.5 - 1e-12))
+    agree = float(p[max(median - 1, 0): median + 2].sum())
+    conf = agree * float(np.clip(np.nan_to_num(mass), 0.0, 1.0))
+    return float(np.clip(progress, 0.0, 1.0)), float(np.clip(conf, 0.0, 1.0))
+
+
+def yes_probability(logits: np.ndarray, yes_ids: Sequence[int], no_ids: Sequence[int]) -> float:
+    """P(yes) / (P(yes) + P(no)) at the answer position; 0.5 when both vanish."""
+    p = softmax(logits)
+    y, n = float(p[list(yes_ids)].sum()), float(p[list(no_ids)].sum())
+    return y / (y + n) if y + n > 0.0 else 0.5
+
+
+def digit_ids(tokenize: Tokenize, tail: str) -> tuple[list[int], list[int]]:
+    """(ids of `tail` as the model sees them just before answering, [id of "0", …, "9"]).
+
+    The digits are tokenized *with* the tail, so the answer is read the way the model would
+    write "Score: 7": if " 7" is one token (some BPEs), the tail ends at "Score:" and " 7" is
+    read; if the tokenizer splits it into " ", "7" (SmolLM2), the space joins the tail and
+    "7" is read. Without a space ("Score:7") is the second choice.
+    """
+    for sep in (" ", ""):
+        seqs = [tokenize(tail + sep + d) for d in DIGITS]
+        head = seqs[0][:-1]
+        if all(s[:-1] == head for s in seqs) and len({s[-1] for s in seqs}) == 10:
+            return head, [s[-1] for s in seqs]
+    raise ValueError("the tokenizer has no single-token digits 0-9 after the score prompt")
+
+
+def yes_no_ids(tokenize: Tokenize, tail: str) -> tuple[list[int], list[int], list[int]]:
+    """(tail ids, yes-ids, no-ids) for a hazard question: " yes"/" Yes" vs " no"/" No",
+    kept where they are one token after the same head (as in `digit_ids`)."""
+    seqs = {o: tokenize(tail + o) for o in (" yes", " no", " Yes", " No")}
+    head = seqs[" yes"][:-1]
+    ok = {o: s[-1] for o, s in seqs.items() if s[:-1] == head}
+    yes = [t for o, t in ok.items() if o.strip().lower() == "yes"]
+    no = [t for o, t in ok.items() if o.strip().lower() == "no"]
+    if not yes or not no:
+        raise ValueError("the tokenizer has no single-token yes/no answer after the hazard question")
+    return head, yes, no
+
+
+def vote_histogram(digits: Sequence[int | None]) -> tuple[np.ndarray, float] | None:
+    """Text votes → (histogram over 0–9, share of votes that parsed); None if none parsed."""
+    got = [d for d in digits if d is not None]
+    if not got:
+        return None
+    hist = np.bincount(np.clip(got, 0, 9), minlength=10).astype(np.float64)
+    return hist / hist.sum(), len(got) / max(len(digits), 1)
+
+
+@dataclass(frozen=True)
+class Calibrator:
+    """Monotone piecewise-linear map of raw progress (e.g. an isotonic fit): JSON {"x": [...], "y": [...]}."""
+
+    x: tuple[float, ...]
+    y: tuple[float, ...]
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Calibrator":
+        data = json.loads(Path(path).read_text())
+        x, y = tuple(map(float, data["x"])), tuple(map(float, data["y"]))
+        if len(x) != len(y) or len(x) < 2 or any(b < a for a, b in zip(x, x[1:])):
+            raise ValueError(f"{path}: calibrator needs increasing x and equal-length y (≥ 2 points)")
+        return cls(x, y)
+
+    def __call__(self, progress: float) -> float:
+        return float(np.clip(np.interp(progress, self.x, self.y), 0.0, 1.0))
