@@ -213,6 +213,9 @@ def _json_default(o: Any) -> Any:
 class EpisodeWriter:
     """Collects one episode in memory and writes its folder on close().
 
+    Frames stay in memory until close (savez_compressed needs the whole array anyway): about
+    T·H·W·3 bytes, e.g. 500 steps of 128×128 is 25 MB. Record at a modest render size.
+
     The folder appears all at once (written to a hidden sibling, then renamed), so a reader never sees
     a half-written episode and a crash leaves no folder at all. Use as a context manager to discard the
     episode when an exception escapes.
