@@ -28,6 +28,7 @@ class Scored:
     hazards: dict[str, float] = field(default_factory=dict)  # hazard name → P(present), only those asked
     reason: str | None = None
     latency_ms: float = 0.0
+    progress: float | None = None  # set by text-vote backends (median of votes); None = E[digit] / 9
 
 
 class Backend(Protocol):

@@ -76,6 +76,8 @@ class ConfidentJudge:
             progress, conf = 0.0, 0.0
         else:
             progress, conf = summarize(s.digits, s.digit_mass)
+            if s.progress is not None:
+                progress = min(max(float(s.progress), 0.0), 1.0) if s.progress == s.progress else progress
         if self.calibrator is not None:
             progress = self.calibrator(progress)
         llm_hazards = tuple(HazardReport(n, severity(task, n), float(p)) for n, p in s.hazards.items())

@@ -16,6 +16,7 @@ class OpenAIConfig:
     timeout_s: float = 30.0
     retries: int = 2  # extra tries after the first, per request
     backoff_s: float = 0.5  # doubles after every failed try
+    cooldown_s: float = 30.0  # after a request failed all its tries, skip the server this long (rules answer)
     chat_template: str | None = None  # jinja file for the served model; None = ChatML (SmolLM2, Qwen, …)
     top_logprobs: int = 10  # top-k asked for; servers that give none are scored from text answers
 

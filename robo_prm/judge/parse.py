@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from typing import Iterable
 
 _NUM = r"(\d{1,6}(?:\.\d+)?)"
+_SCALE = r"[ \t]*(%|/[ \t]*" + _NUM + r"|[ \t]+out[ \t]+of[ \t]+" + _NUM + r")?"  # on the same line only
 _WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten".split())}
 _LABELLED = re.compile(
     r"score\W{0,3}?\s*(?:is|of|=|:|-)?\s*(?:"
-    + _NUM + r"\s*(%|/\s*" + _NUM + r"|out\s+of\s+" + _NUM + r")?|(" + "|".join(_WORDS) + r")\b)",
+    + _NUM + _SCALE + r"|(" + "|".join(_WORDS) + r")\b)",
     re.IGNORECASE,
 )
-_LEADING = re.compile(r"^\W{0,4}?" + _NUM + r"\s*(%|/\s*" + _NUM + r"|out\s+of\s+" + _NUM + r")?(?![\d.])")
+_LEADING = re.compile(r"^\W{0,4}?" + _NUM + _SCALE + r"(?![\d.])")
 _REASON = re.compile(r"reason\s*[:\-]\s*(.+?)(?=\n\s*(?:hazards?|score)\s*[:\-]|$)", re.IGNORECASE | re.DOTALL)
 _HAZARDS = re.compile(r"hazards?\s*[:\-]\s*([^\n]*)", re.IGNORECASE)
 _NONE = {"", "none", "no", "n/a", "na", "nothing", "-", "none.", "no hazards", "no hazard", "null"}

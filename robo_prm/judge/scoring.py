@@ -78,15 +78,23 @@ def digit_ids(tokenize: Tokenize, tail: str) -> tuple[list[int], list[int]]:
 
 
 def yes_no_ids(tokenize: Tokenize, tail: str) -> tuple[list[int], list[int], list[int]]:
-    """(tail ids, yes-ids, no-ids) for a hazard question: " yes"/" Yes" vs " no"/" No",
-    kept where they are one token after the same head (as in `digit_ids`)."""
+    """(head ids, yes-ids, no-ids) for a hazard question.
+
+    The head is the longest common start of `tail + " yes"` and `tail + " no"`; the next
+    token decides the answer (" yes" vs " no" in SmolLM2; "y" vs "n" after " " in a byte
+    tokenizer). " Yes"/" No" count too where they share that head.
+    """
     seqs = {o: tokenize(tail + o) for o in (" yes", " no", " Yes", " No")}
-    head = seqs[" yes"][:-1]
-    ok = {o: s[-1] for o, s in seqs.items() if s[:-1] == head}
-    yes = [t for o, t in ok.items() if o.strip().lower() == "yes"]
-    no = [t for o, t in ok.items() if o.strip().lower() == "no"]
-    if not yes or not no:
-        raise ValueError("the tokenizer has no single-token yes/no answer after the hazard question")
+    a, b = seqs[" yes"], seqs[" no"]
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    if n >= min(len(a), len(b)):
+        raise ValueError("the tokenizer cannot tell yes from no after the hazard question")
+    head = a[:n]
+    pick = {o: s[n] for o, s in seqs.items() if len(s) > n and s[:n] == head}
+    yes = sorted({t for o, t in pick.items() if o.strip().lower() == "yes"})
+    no = sorted({t for o, t in pick.items() if o.strip().lower() == "no"} - set(yes))
     return head, yes, no
 
 

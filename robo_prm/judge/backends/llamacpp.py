@@ -27,6 +27,16 @@ from robo_prm.types import SceneDescription
 log = logging.getLogger(__name__)
 
 
+def _params_without_extra_buffers(orig):
+    def params():
+        p = orig()
+        p.use_extra_bufts = False
+        return p
+
+    params.robo_prm_wrapped = True
+    return params
+
+
 @contextlib.contextmanager
 def extra_buffers(enabled: bool):
     """Construct `Llama` models with llama.cpp's extra weight buffers (AMX/repack) on or off.
@@ -38,17 +48,11 @@ def extra_buffers(enabled: bool):
     """
     import llama_cpp.llama_cpp as lc
 
-    if enabled:
+    orig = lc.llama_model_default_params
+    if enabled or getattr(orig, "robo_prm_wrapped", False):
         yield
         return
-    orig = lc.llama_model_default_params
-
-    def params():
-        p = orig()
-        p.use_extra_bufts = False
-        return p
-
-    lc.llama_model_default_params = params
+    lc.llama_model_default_params = _params_without_extra_buffers(orig)
     try:
         yield
     finally:
@@ -56,8 +60,11 @@ def extra_buffers(enabled: bool):
 
 
 def disable_extra_buffers() -> None:
-    """Process-wide version of `extra_buffers(False)` (e.g. before starting llama_cpp.server)."""
-    extra_buffers(False).__enter__()
+    """Process-wide `extra_buffers(False)`, e.g. before running `llama_cpp.server` in-process."""
+    import llama_cpp.llama_cpp as lc
+
+    if not getattr(lc.llama_model_default_params, "robo_prm_wrapped", False):
+        lc.llama_model_default_params = _params_without_extra_buffers(lc.llama_model_default_params)
 
 
 @dataclass

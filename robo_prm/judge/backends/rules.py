@@ -14,9 +14,9 @@ from robo_prm.types import HazardReport, Judgement, SceneDescription
 
 
 def rules_progress(scene: SceneDescription) -> float:
-    rule = getattr(scene, "rule_progress", None)  # added by the describer; older scenes lack it
+    rule = scene.rule_progress
     if rule is not None:
-        return min(max(float(rule), 0.0), 1.0) if rule == rule else 0.0
+        return min(max(float(rule), 0.0), 1.0) if rule == rule else 0.0  # NaN never leaves a judge
     reached, total = scene.milestones_reached, scene.milestones_total
     if total:
         return min(max((reached or 0) / total, 0.0), 1.0)

@@ -1,0 +1,137 @@
+"""transformers backend: a local HF folder, or a GGUF loaded with `gguf_file=` (dequantised
+to fp32; needs `gguf`), optionally with a peft LoRA adapter merged in.
+
+All rows of a batch – one per scene for the score, one per (scene, hazard) question – go
+through one left-padded forward pass per `batch_size` rows, reading only the last
+position's logits. Uses the process's torch thread setting (training decides it).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from robo_prm.judge.base import Scored
+from robo_prm.judge.config import JudgeConfig
+from robo_prm.judge.prompt import build_prompt, chatml, scene_text, task_key
+from robo_prm.judge.scoring import digit_ids, digit_probs, yes_no_ids, yes_probability
+from robo_prm.types import SceneDescription
+
+
+def _locate(cfg: JudgeConfig) -> tuple[str, str | None]:
+    """(folder, gguf file name or None) from `model` (file or folder) and `transformers.gguf_file`."""
+    from robo_prm.judge import bundled_model_path
+
+    path = cfg.model or bundled_model_path()
+    if os.path.isfile(path):
+        return os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+    return path, cfg.transformers.gguf_file
+
+
+class TransformersBackend:
+    name = "transformers"
+
+    def __init__(self, cfg: JudgeConfig):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.cfg, self.torch = cfg, torch
+        folder, gguf = _locate(cfg)
+        kw = {"gguf_file": gguf} if gguf else {}
+        self.tok = AutoTokenizer.from_pretrained(folder, **kw)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kw)
+        if cfg.transformers.adapter:
+            from peft import PeftModel
+
+            # Merged once: inference then costs the same as the base model.
+            model = PeftModel.from_pretrained(model, cfg.transformers.adapter).merge_and_unload()
+        self.model = model.eval()
+        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
+        self.pad_id = 0 if pad is None else int(pad)
+        if self.tok.chat_template:
+            self.render = lambda msgs: self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        else:
+            self.render = chatml
+        self._tasks: dict[tuple, Any] = {}
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=False))
+
+    def _task(self, task: Any):
+        key = task_key(task)
+        if key not in self._tasks:
+            prompt = build_prompt(task, self.render)
+            prefix = self.tokenize(prompt.prefix)
+            bos = self.tok.bos_token_id
+            # Models whose template leaves BOS to the tokenizer (Llama-2 style) get it here.
+            if bos is not None and getattr(self.tok, "add_bos_token", False) and prefix[:1] != [bos]:
+                prefix = [bos] + prefix
+            score_tail, digits = digit_ids(self.tokenize, prompt.score_tail)
+            hazards = {n: yes_no_ids(self.tokenize, t) for n, t in prompt.hazard_tails.items()}
+            self._tasks[key] = (prompt, prefix, score_tail, digits, hazards)
+        return self._tasks[key]
+
+    def _batch(self, rows: list[list[int]]):
+        """Left-padded ids, attention mask and position ids (positions start at 0 after the padding)."""
+        torch = self.torch
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r):] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        return ids, mask, pos
+
+    def last_logits(self, rows: list[list[int]]) -> np.ndarray:
+        """Next-token logits after each row, `batch_size` rows per forward pass."""
+        out = []
+        bs = max(1, self.cfg.transformers.batch_size)
+        with self.torch.inference_mode():
+            for i in range(0, len(rows), bs):
+                ids, mask, pos = self._batch(rows[i:i + bs])
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1).logits
+                out.append(logits[:, -1, :].double().numpy())
+        return np.concatenate(out, axis=0)
+
+    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: bool, explain: bool) -> list[Scored]:
+        t0 = time.perf_counter()
+        prompt, prefix, score_tail, digits, hz = self._task(task)
+        heads = [prefix + self.tokenize(scene_text(s)) for s in scenes]
+        rows = [h + score_tail for h in heads]
+        asked = list(hz.items()) if hazards else []
+        for h in heads:
+            rows += [h + tail for _, (tail, _, _) in asked]
+        logits = self.last_logits(rows)
+        n, k = len(scenes), len(asked)
+        out = []
+        for i in range(n):
+            d, mass = digit_probs(logits[i], digits)
+            probs = {name: yes_probability(logits[n + i * k + j], yes, no) for j, (name, (_, yes, no)) in enumerate(asked)}
+            out.append(Scored(d, mass, probs))
+        if explain:
+            for s, h in zip(out, self._reasons(prompt, heads, out)):
+                s.reason = h
+        ms = (time.perf_counter() - t0) * 1e3 / max(n, 1)
+        for s in out:
+            s.latency_ms = ms
+        return out
+
+    def _reasons(self, prompt, heads: list[list[int]], scored: list[Scored]) -> list[str]:
+        """Greedy reasons after 'Score: <expected digit>\\nReason:', one batched generate."""
+        rows = []
+        for h, s in zip(heads, scored):
+            d = int(round(float(np.dot(s.digits, np.arange(10)))))
+            rows.append(h + self.tokenize(prompt.reason_tails[d]))
+        ids, mask, _ = self._batch(rows)
+        with self.torch.inference_mode():
+            gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=self.cfg.reason_tokens,
+                                      do_sample=False, pad_token_id=self.pad_id)
+        texts = self.tok.batch_decode(gen[:, ids.shape[1]:], skip_special_tokens=True)
+        return [" ".join(t.strip().split("\n")[0].split()) for t in texts]
+
+    def close(self) -> None:
+        self.model = None
+        self._tasks.clear()
