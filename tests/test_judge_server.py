@@ -1,0 +1,113 @@
+"""The `openai` judge backend against a real OpenAI-compatible server (llama-cpp-python's,
+serving the bundled SmolLM2 GGUF on 127.0.0.1), and against a dead port."""
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from robo_prm.judge import JudgeConfig, OpenAIConfig, bundled_model_path, make_judge
+from robo_prm.task import load_task
+from robo_prm.types import SceneDescription
+
+SCENES = [
+    SceneDescription("The gripper is open 10 cm above the hammer. The hammer lies 3 cm from the front edge of the table.",
+                     (), 0, 2, hazards=("tool_near_edge",)),
+    SceneDescription("The hammer lies in the middle of the table. The gripper is closed 4 cm from it.", (), 2, 2),
+]
+
+# `python -m llama_cpp.server`, with llama.cpp's AMX/repack buffers off: on machines that
+# advertise AMX without granting it, the stock server segfaults on its first prompt.
+SERVER = ("from robo_prm.judge.backends.llamacpp import disable_extra_buffers; disable_extra_buffers(); "
+          "import runpy, sys; sys.argv = ['llama_cpp.server'] + sys.argv[1:]; "
+          "runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[server]")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", SERVER, "--model", bundled_model_path(), "--host", "127.0.0.1",
+                                 "--port", str(port), "--n_ctx", "2048", "--n_threads", "1"],
+                                stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                urllib.request.urlopen(f"{url}/models", timeout=1).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail("server not ready after 60 s")
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_openai_backend_judges_with_logprobs(server):
+    task = load_task("push_tool_from_edge")
+    judge = make_judge(JudgeConfig(backend="openai", openai=OpenAIConfig(base_url=server), confidence_threshold=0.0))
+    out = judge.judge(task, SCENES)
+    assert judge.backend.logprobs is True  # llama.cpp's server returns top-k logprobs
+    for j in out:
+        assert 0.0 <= j.progress <= 1.0 and 0.0 < j.confidence <= 1.0 and not j.fallback
+        assert {h.name for h in j.hazards} == {"tool_near_edge", "tool_fell"}
+        assert all(0.0 <= h.probability <= 1.0 for h in j.hazards)
+    again = judge.judge(task, SCENES)  # greedy requests: the same answers again
+    assert [round(j.progress, 6) for j in again] == [round(j.progress, 6) for j in out]
+    assert judge.stats()["fallbacks"] == 0
+
+
+def test_openai_backend_text_votes(server):
+    """A server without logprobs is scored from `votes` parsed text answers."""
+    task = load_task("push_tool_from_edge")
+    judge = make_judge(JudgeConfig(backend="openai", openai=OpenAIConfig(base_url=server), confidence_threshold=0.0,
+                                   votes=3, reason_tokens=16))
+    judge.backend.logprobs = False  # as if the server had answered without them
+    [s] = judge.backend.score(task, SCENES[:1], hazards=True, explain=True)
+    if s.digits is not None:  # the zero-shot 135M model may answer without a digit: then no votes parse
+        assert np.isclose(s.digits.sum(), 1.0) and 0.0 < s.digit_mass <= 1.0 and 0.0 <= s.progress <= 1.0
+    assert set(s.hazards) == {"tool_near_edge", "tool_fell"}
+    [j] = judge.judge(task, SCENES[:1])
+    assert 0.0 <= j.progress <= 1.0
+
+
+def test_dead_server_falls_back_to_rules(caplog, monkeypatch):
+    task = load_task("push_tool_from_edge")
+    cfg = JudgeConfig(backend="openai", openai=OpenAIConfig(base_url=f"http://127.0.0.1:{_free_port()}/v1",
+                                                            timeout_s=2.0, retries=1, backoff_s=0.01, cooldown_s=60))
+    judge = make_judge(cfg)
+    with caplog.at_level(logging.WARNING):
+        out = judge.judge(task, SCENES)
+    assert [j.progress for j in out] == [0.0, 1.0] and all(j.fallback for j in out)
+    assert out[0].hazard_names() == ("tool_near_edge",)
+    assert "after 2 tries" in caplog.text
+    def no_network(*a, **k):
+        raise AssertionError("a dead server is not asked again during its cooldown")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    assert all(j.fallback for j in judge.judge(task, SCENES))
+    assert judge.stats()["fallbacks"] == 4 and judge.stats()["errors"] == 2
