@@ -1,0 +1,150 @@
+"""Judge speed per local backend: judgements/s, p50/p95 ms per judgement, peak RSS.
+
+    python benchmarks/judge_speed.py            # all rows, writes benchmarks/results/judge_speed.json
+    python benchmarks/judge_speed.py --n 8      # fewer scenes per row (quicker, noisier)
+
+Scenes are `info["description"]` from a random-policy rollout of
+robo_prm/PushToolFromEdge-v0 (hand-written texts if the envs cannot load). Every row runs
+in its own subprocess, one at a time, so peak RSS (getrusage) is that backend's alone.
+A judgement = the score pass plus one yes/no pass per task hazard (hazards_from=union,
+the product default), except the "score only" row (hazards_from=rules).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "judge_speed.json"
+TASK = "push_tool_from_edge"
+
+ROWS = {  # name → (JudgeConfig fields, note)
+    "rules": ({"backend": "rules"}, "simulator progress + hazards"),
+    "llamacpp": ({"backend": "llamacpp"}, "prefix reuse (default)"),
+    "llamacpp-score-only": ({"backend": "llamacpp", "hazards_from": "rules"}, "prefix reuse, no LLM hazard passes"),
+    "llamacpp-no-reuse": ({"backend": "llamacpp", "prefix_reuse": False}, "every prompt evaluated in full"),
+    "transformers": ({"backend": "transformers"}, "bundled GGUF dequantised to fp32, batched"),
+}
+
+FALLBACK_TEXTS = [
+    "The gripper is open 10 cm above the hammer. The hammer lies 3 cm from the front edge of the table. Milestones reached: 0 of 2.",
+    "The gripper is closed, 30 cm from the hammer. The hammer lies 5 cm from the front edge of the table. Milestones reached: 0 of 2.",
+    "The gripper touches the hammer. The hammer lies 6 cm from the front edge of the table. Milestones reached: 1 of 2.",
+    "The hammer lies in the middle of the table. The gripper is open 8 cm above it. Milestones reached: 2 of 2.",
+]
+
+
+def scenes(n: int, seed: int = 0):
+    from robo_prm.types import SceneDescription
+
+    try:
+        import gymnasium as gym
+
+        import robo_prm  # noqa: F401  (registers the envs)
+
+        env = gym.make("robo_prm/PushToolFromEdge-v0")
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+        out, seen = [], set()
+        for _ in range(20 * n):
+            _, _, term, trunc, info = env.step(env.action_space.sample())
+            d = info["description"]
+            if d.text not in seen:  # distinct texts: no row profits from repeated prompts
+                seen.add(d.text)
+                out.append(d)
+            if term or trunc:
+                env.reset()
+            if len(out) == n:
+                break
+        env.close()
+        if len(out) == n:
+            return out, "random-policy rollout of robo_prm/PushToolFromEdge-v0"
+    except Exception as exc:  # envs missing: hand-written scenes
+        print(f"envs unavailable ({exc}); using hand-written scenes", file=sys.stderr)
+    return [SceneDescription(FALLBACK_TEXTS[i % len(FALLBACK_TEXTS)] + f" Step {i}.", ()) for i in range(n)], "hand-written"
+
+
+def run_row(name: str, n: int, threads: int) -> dict:
+    """In a fresh process: load the backend, warm up, time batch 1 and batch 8."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(threads)
+    from robo_prm.judge import JudgeConfig, make_judge
+    from robo_prm.task import load_task
+
+    task = load_task(TASK)
+    data, source = scenes(n)
+    t0 = time.perf_counter()
+    judge = make_judge(JudgeConfig(n_threads=threads, **ROWS[name][0]))
+    load_s = time.perf_counter() - t0
+    judge.judge(task, data[:1])  # warm-up: task prefix, allocations
+    result = {"row": name, "note": ROWS[name][1], "load_s": load_s, "scenes": source, "n": n}
+    for batch in (1, 8):
+        per, t_all = [], time.perf_counter()
+        for i in range(0, n, batch):
+            part = data[i:i + batch]
+            t = time.perf_counter()
+            judge.judge(task, part)
+            per += [(time.perf_counter() - t) * 1e3 / len(part)] * len(part)
+        wall = time.perf_counter() - t_all
+        result[f"batch{batch}"] = {"judgements_per_s": n / wall, "p50_ms": float(np.percentile(per, 50)),
+                                   "p95_ms": float(np.percentile(per, 95))}
+    result["stats"] = judge.stats()
+    judge.close()
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| backend | what | batch | judgements/s | p50 ms | p95 ms | peak RSS MB | load s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        for b in (1, 8):
+            m = r[f"batch{b}"]
+            lines.append(f"| {r['row']} | {r['note']} | {b} | {m['judgements_per_s']:.1f} | {m['p50_ms']:.1f} | "
+                         f"{m['p95_ms']:.1f} | {r['peak_rss_mb']:.0f} | {r['load_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=16, help="scenes per row (each judged at batch 1 and batch 8)")
+    ap.add_argument("--threads", type=int, default=2, help="llama.cpp and torch threads (the judge's default: 2)")
+    ap.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of: {', '.join(ROWS)}")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one row, print JSON
+    args = ap.parse_args()
+    if args.one:
+        print("RESULT " + json.dumps(run_row(args.one, args.n, args.threads)))
+        return
+    results = []
+    load_before = os.getloadavg()[0]
+    for name in args.rows.split(","):
+        proc = subprocess.run([sys.executable, __file__, "--one", name, "--n", str(args.n), "--threads", str(args.threads)],
+                              capture_output=True, text=True, cwd=ROOT)
+        line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
+        if line is None:
+            print(f"{name}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
+            continue
+        results.append(json.loads(line[7:]))
+        print(f"{name}: done", file=sys.stderr)
+    meta = {"command": "python benchmarks/judge_speed.py " + " ".join(sys.argv[1:]), "task": TASK,
+            "threads": args.threads, "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
+            "loadavg_1min_before": load_before, "loadavg_1min_after": os.getloadavg()[0],
+            "date": time.strftime("%Y-%m-%d %H:%M")}
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    print(table(results))
+    print(f"\n{meta['command']} (threads={args.threads}, load avg {load_before:.1f} → {meta['loadavg_1min_after']:.1f}); "
+          f"JSON: {OUT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
