@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from robo_prm.judge import ConfidentJudge, JudgeConfig, Scored, TransformersConfig, make_judge
+from robo_prm.judge import ConfidentJudge, Judge, JudgeConfig, Scored, TransformersConfig, make_judge
 from robo_prm.judge.confident import merge_hazards
 from robo_prm.judge.parse import match_hazards, parse_answer
 from robo_prm.judge.prompt import build_prompt, chatml, jinja_renderer, load_template, scene_text, template_names
@@ -197,6 +197,17 @@ def test_rules_judge(task):
     text_only = SceneDescription("A hammer.", ())
     assert j.judge(task, [text_only])[0].progress == 0.0
     assert j.stats()["calls"] == 5 and j.stats()["fallbacks"] == 0
+    assert isinstance(j, Judge) and j.judge(task, []) == []
+
+
+def test_openai_top_logprobs_skip_a_lone_space():
+    from robo_prm.judge.backends.openai import OpenAIBackend
+
+    lp = {"tokens": [" ", "7"], "top_logprobs": [{" ": -0.1, "7": -2.5}, {"7": math.log(0.6), "8": math.log(0.3)}]}
+    top = OpenAIBackend._top({"logprobs": lp}, skip_space=True)
+    assert top == {"7": pytest.approx(0.6), "8": pytest.approx(0.3)}
+    assert OpenAIBackend._top({"logprobs": None}, skip_space=True) is None
+    assert OpenAIBackend._top({}, skip_space=False) is None
 
 
 class _Fixed:

@@ -146,6 +146,9 @@ class LlamaCppBackend:
             llm.reset()
             llm.eval(tt.prefix)
             tt.state = llm.save_state()
+            # save_state copies one logits row per prefix token (~50 MB for 250 tokens), rows
+            # nothing reads without logits_all; one row broadcasts back in load_state.
+            tt.state.scores = tt.state.scores[-1:].copy()
         llm.eval(tokens[llm.n_tokens:])
         return self._logits()
 
