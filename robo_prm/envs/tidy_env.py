@@ -69,6 +69,7 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
     """
 
     metadata = {"render_modes": ["human", "rgb_array"], "render_fps": 25}
+    compute_reward = property()  # hide Fetch's GoalEnv compute_reward: SB3 would take this Box-obs env for a goal env
 
     def __init__(
         self,

@@ -1,0 +1,282 @@
+"""The state describer: frozen texts of seeded and hand-placed scenes, equal states → equal text,
+distance words. The texts are what the LLM judge reads and what the judgement cache keys on, so a
+change here is a change of the judge's input: update the snapshots on purpose, never casually."""
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import pytest
+
+import robo_prm
+from robo_prm.describe.state_captioner import StateCaptioner, describe_state, distance_words
+from robo_prm.envs.experts import ScriptedExpert
+from robo_prm.envs.state import SceneState
+from robo_prm.task import load_task
+
+# reset(seed=k) → description text, per shipped task. Generated once, read, then frozen.
+RESET_TEXTS = {
+    ("reach_tool", 0): "The gripper is closed, 15 cm from the hammer. The hammer lies in the middle of the table. Milestones reached: 0 of 1.",
+    ("reach_tool", 1): "The gripper is closed, 20 cm from the hammer. The hammer lies in the middle of the table. Milestones reached: 0 of 1.",
+    ("push_tool_from_edge", 0): "The gripper is closed, 30 cm from the hammer. The hammer lies 5 cm from the front edge of the table. Milestones reached: 0 of 2.",
+    ("push_tool_from_edge", 1): "The gripper is closed, 30 cm from the hammer. The hammer lies 5 cm from the front edge of the table. Milestones reached: 0 of 2.",
+    ("place_cup_in_bin", 0): "The gripper is closed, 15 cm from the glass cup. The glass cup stands in the middle of the table. Milestones reached: 0 of 5.",
+    ("place_cup_in_bin", 1): "The gripper is closed, 15 cm from the glass cup. The glass cup stands in the middle of the table. Milestones reached: 0 of 5.",
+    ("tidy_table", 0): (
+        "The gripper is closed, 15 cm from the glass cup. The hammer lies 5 cm from the front edge of the table. "
+        "The screwdriver lies 10 cm from the back edge of the table. The glass cup stands in the middle of the table. "
+        "Milestones reached: 0 of 5."
+    ),
+    ("tidy_table", 1): (
+        "The gripper is closed, 10 cm above the glass cup. The hammer lies 5 cm from the front edge of the table. "
+        "The screwdriver lies in the middle of the table. The glass cup stands in the middle of the table. "
+        "Milestones reached: 0 of 5."
+    ),
+}
+RESET_FACTS = {
+    ("push_tool_from_edge", 0): ("gripper_closed", "distance(gripper, hammer) = 30 cm", "near_edge(hammer, front)"),
+    ("tidy_table", 1): (
+        "gripper_closed",
+        "above(gripper, glass cup)",
+        "near_edge(hammer, front)",
+        "in_zone(screwdriver, middle)",
+        "in_zone(glass cup, middle)",
+    ),
+}
+
+
+@pytest.mark.parametrize("task, seed", list(RESET_TEXTS))
+def test_reset_snapshot(make_env, task, seed):
+    env = make_env(task)
+    _, info = env.reset(seed=seed)
+    d = info["description"]
+    assert d.text == RESET_TEXTS[task, seed]
+    if (task, seed) in RESET_FACTS:
+        assert d.facts == RESET_FACTS[task, seed]
+    t = env.unwrapped.task
+    s = env.unwrapped.scene_state
+    assert d.hazards == t.active_hazards(s) and d.rule_progress == t.rule_progress(s)
+    assert d.milestones_reached == 0 and d.milestones_total == len(t.milestone_checks)
+
+
+# ---- hand-placed scenes on the tidy table (all three objects) ------------------------------------
+LAYOUT = {"tool0": (1.35, 0.70, 0.42), "tool1": (1.15, 0.90, 0.419), "cup0": (1.35, 0.82, 0.44)}
+PLACED = {
+    "layout": (
+        {},
+        "The gripper is closed, 15 cm from the glass cup. The hammer lies in the middle of the table. "
+        "The screwdriver lies 10 cm from the back edge of the table. The glass cup stands in the middle of the table. "
+        "Milestones reached: 0 of 5.",
+    ),
+    "hammer at the front edge": (
+        {"tool0": (1.525, 0.75, 0.42)},
+        "The gripper is closed, 15 cm from the glass cup. The hammer lies 3 cm from the front edge of the table. "
+        "The screwdriver lies 10 cm from the back edge of the table. The glass cup stands in the middle of the table. "
+        "Milestones reached: 0 of 5.",
+    ),
+    "cup in the bin": (
+        {"cup0": (1.22, 0.52, 0.446)},
+        "The gripper is closed, 15 cm from the hammer. The hammer lies in the middle of the table. "
+        "The screwdriver lies 10 cm from the back edge of the table. The glass cup stands in the blue bin. "
+        "Milestones reached: 0 of 5.",
+    ),
+    "tools in the tray": (
+        {"tool0": (1.22, 0.95, 0.426), "tool1": (1.22, 1.01, 0.425)},
+        "The gripper is closed, 15 cm from the glass cup. The hammer lies in the green tray. "
+        "The screwdriver lies in the green tray. The glass cup stands in the middle of the table. "
+        "Milestones reached: 4 of 5.",
+    ),
+    "cup fell": (
+        {"cup0": (1.75, 0.75, 0.04)},
+        "The gripper is closed, 15 cm from the hammer. The hammer lies in the middle of the table. "
+        "The screwdriver lies 10 cm from the back edge of the table. The glass cup has fallen off the table. "
+        "Milestones reached: 0 of 5.",
+    ),
+    "cup in the air": (
+        {"cup0": (1.35, 0.82, 0.54)},
+        "The gripper is closed, 10 cm from the glass cup. The hammer lies in the middle of the table. "
+        "The screwdriver lies 10 cm from the back edge of the table. The glass cup is in the air, 15 cm above the table. "
+        "Milestones reached: 0 of 5.",
+    ),
+    "quadrants": (
+        {"tool0": (1.42, 0.60, 0.42), "tool1": (1.18, 0.95, 0.419), "cup0": (1.20, 0.62, 0.44)},
+        "The gripper is closed, 30 cm from the hammer. The hammer lies on the front left part of the table. "
+        "The screwdriver lies in the green tray. The glass cup stands on the back left part of the table. "
+        "Milestones reached: 0 of 5.",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def tidy():
+    env = robo_prm.make_env("tidy_table")
+    yield env.unwrapped
+    env.close()
+
+
+def placed(env, **moves) -> SceneState:
+    env.reset(seed=0)
+    for name, pos in {**LAYOUT, **moves}.items():
+        env.place(name, pos)
+    return env.scene_state
+
+
+@pytest.mark.parametrize("case", list(PLACED))
+def test_placed_snapshot(tidy, case):
+    moves, text = PLACED[case]
+    assert tidy.captioner(placed(tidy, **moves)).text == text
+
+
+def test_placed_facts_and_hazards(tidy):
+    d = tidy.captioner(placed(tidy, tool0=(1.525, 0.75, 0.42), cup0=(1.75, 0.75, 0.04)))
+    assert d.facts == (
+        "gripper_closed",
+        "distance(gripper, hammer) = 30 cm",
+        "near_edge(hammer, front)",
+        "near_edge(screwdriver, back)",
+        "fallen(glass cup)",
+    )
+    assert d.hazards == ("tool_near_edge", "something_fell")
+
+
+def test_tipped_cup(tidy):
+    placed(tidy)
+    q = tidy.model.joint("cup0:joint").qposadr[0]
+    tidy.data.qpos[q : q + 3] = (1.35, 0.82, 0.424)
+    tidy.data.qpos[q + 3 : q + 7] = (np.cos(np.pi / 4), np.sin(np.pi / 4), 0.0, 0.0)
+    mujoco.mj_forward(tidy.model, tidy.data)
+    d = tidy.captioner(SceneState.from_sim(tidy.model, tidy.data))
+    assert "The glass cup lies tipped over in the middle of the table." in d.text
+    assert "tipped(glass cup)" in d.facts and d.hazards == ("cup_tipped",)
+
+
+def test_place_words_come_from_the_task(make_env):
+    """push_tool_from_edge does not name the bin, so the describer falls back to its sim name."""
+    env = make_env("push_tool_from_edge")
+    env.reset(seed=0)
+    s = env.unwrapped.place("tool0", (1.22, 0.52, 0.426))
+    assert env.unwrapped.captioner(s).text == "The gripper is closed, 30 cm from the hammer. The hammer lies in the left bin. Milestones reached: 2 of 2."
+
+
+# ---- a scripted episode: held objects, movement, milestones ------------------------------------------
+def test_expert_episode_reads_as_a_story(make_env):
+    env = make_env("place_cup_in_bin")
+    env.reset(seed=0)
+    expert = ScriptedExpert(env)
+    texts = []
+    for _ in range(80):
+        _, _, terminated, truncated, info = env.step(expert())
+        texts.append(info["description"].text)
+        if terminated or truncated:
+            break
+    assert terminated
+    joined = " | ".join(texts)
+    for sentence in (
+        "The gripper is open, at the glass cup.",
+        "The gripper is closed around the glass cup.",
+        "The glass cup is held 20 cm above the table.",
+        "Milestones reached: 5 of 5.",
+    ):
+        assert sentence in joined
+    assert "The glass cup stands in the blue bin." in texts[-1]
+    # milestones, as the describer reports them, never go backwards on a clean expert run
+    counts = [int(t.split("Milestones reached: ")[1].split(" ")[0]) for t in texts]
+    assert counts == sorted(counts)
+
+
+# ---- equal states → equal text -----------------------------------------------------------------------
+def test_same_seed_same_description(make_env):
+    a, b = make_env("tidy_table"), make_env("tidy_table")
+    da, db = a.reset(seed=5)[1]["description"], b.reset(seed=5)[1]["description"]
+    assert da == db  # text, facts, milestones, hazards, rule progress (features are not compared)
+    np.testing.assert_array_equal(da.features, db.features)
+
+
+def test_nearby_states_share_a_text(tidy):
+    one = tidy.captioner(placed(tidy, cup0=(1.35, 0.82, 0.44))).text
+    two = tidy.captioner(placed(tidy, cup0=(1.36, 0.81, 0.44), tool0=(1.34, 0.71, 0.42))).text
+    assert one == two
+
+
+def test_captioner_is_a_pure_function_of_the_state(tidy):
+    s = placed(tidy, tool0=(1.525, 0.75, 0.42))
+    fresh = StateCaptioner(tidy.task)(s)
+    assert fresh == tidy.captioner(s) == describe_state(tidy.task, s)
+    assert fresh == StateCaptioner(load_task("tidy_table"))(s)
+
+
+def test_milestone_line_can_be_hidden(tidy):
+    s = placed(tidy)
+    hidden = StateCaptioner(tidy.task, milestone_line=False)(s)
+    assert "Milestones" not in hidden.text
+    assert hidden.text == PLACED["layout"][1].removesuffix(" Milestones reached: 0 of 5.")
+    assert hidden.milestones_reached == 0 and hidden.milestones_total == 5  # still there for the rules judge
+
+
+def test_features_are_the_task_positions(make_env):
+    env = make_env("place_cup_in_bin")
+    _, info = env.reset(seed=0)
+    s = env.unwrapped.scene_state
+    np.testing.assert_allclose(
+        info["description"].features, np.concatenate([s.gripper_pos, [s.gripper_width], s.objects["cup0"].pos]), rtol=1e-6
+    )
+
+
+# ---- distance words ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "metres, words",
+    [
+        (0.0, "touching"),
+        (0.019, "touching"),
+        (0.021, "3 cm"),
+        (0.03, "3 cm"),
+        (0.034, "5 cm"),
+        (0.05, "5 cm"),
+        (0.07, "10 cm"),
+        (0.10, "10 cm"),
+        (0.12, "15 cm"),
+        (0.18, "20 cm"),
+        (0.25, "30 cm"),
+        (0.30, "30 cm"),
+        (0.31, "far"),
+        (3.0, "far"),
+    ],
+)
+def test_distance_words(metres, words):
+    assert distance_words(metres) == words
+
+
+def test_distance_words_are_monotone():
+    order = ["touching", "3 cm", "5 cm", "10 cm", "15 cm", "20 cm", "30 cm", "far"]
+    ranks = [order.index(distance_words(d)) for d in np.linspace(0.0, 0.5, 501)]
+    assert ranks == sorted(ranks) and set(ranks) == set(range(len(order)))
+
+
+# ---- known wording bugs (see the env-stage report): "touching" does not fit every sentence -------------
+@pytest.mark.xfail(strict=True, reason="bug: an object < 2 cm from an edge reads 'lies touching from the front edge'")
+def test_object_very_close_to_an_edge_reads_well(tidy):
+    text = tidy.captioner(placed(tidy, tool0=(1.535, 0.75, 0.42))).text
+    assert "touching from" not in text
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a held object < 2 cm above the table reads 'is held touching above the table'")
+def test_object_held_low_reads_well(tidy):
+    # what the tidy_table expert produces at its screwdriver grasp (seed 0, step 55): rebuild it
+    # deterministically from the state the describer sees.
+    s = placed(tidy)
+    objects = dict(s.objects)
+    o = objects["tool1"]
+    objects["tool1"] = type(o)(pos=o.pos, vel=o.vel, up=o.up, quat=o.quat, fingers_touching=2)
+    held = SceneState(gripper_pos=o.pos.copy(), gripper_vel=s.gripper_vel, gripper_width=0.04, objects=objects)
+    assert "held touching above" not in tidy.captioner(held).text
+
+
+@pytest.mark.xfail(strict=True, reason="bug: while holding, facts say gripper_open but the text says 'closed around'")
+def test_facts_agree_with_text_while_holding(tidy):
+    s = placed(tidy)
+    objects = dict(s.objects)
+    o = objects["cup0"]
+    objects["cup0"] = type(o)(pos=o.pos, vel=o.vel, up=o.up, quat=o.quat, fingers_touching=2)
+    held = SceneState(gripper_pos=o.pos.copy(), gripper_vel=s.gripper_vel, gripper_width=0.042, objects=objects)
+    d = tidy.captioner(held)
+    assert d.text.startswith("The gripper is closed around the glass cup.")
+    assert "gripper_open" not in d.facts
