@@ -30,8 +30,8 @@ def _split_overrides(extra: list[str]) -> dict[str, str]:
     i = 0
     while i < len(extra):
         arg = extra[i]
-        if not arg.startswith("--") or "." not in arg.split("=", 1)[0]:
-            raise CliError(f"unknown option '{arg}' (config fields are set as --section.field VALUE, e.g. --judge.backend rules)")
+        if not arg.startswith("--"):
+            raise CliError(f"unexpected argument '{arg}' (config fields are set as --field VALUE or --section.field VALUE)")
         if "=" in arg:
             key, value = arg[2:].split("=", 1)
             i += 1

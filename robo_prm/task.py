@@ -110,12 +110,13 @@ class Task:
             self._fail("max_steps", "must be at least 1")
         if not re.fullmatch(r"[A-Za-z0-9_\-]+", s.name):
             self._fail("name", f"use letters, digits, '_' or '-' only, got '{s.name}'")
-        names = [h.name for h in s.hazards]
+        seen: set[str] = set()
         for i, h in enumerate(s.hazards):
             if not 0.0 <= h.severity <= 1.0:
                 self._fail(f"hazards[{i}].severity", f"must be in [0, 1], got {h.severity}")
-            if names.count(h.name) > 1:
+            if h.name in seen:
                 self._fail(f"hazards[{i}].name", f"duplicate hazard name '{h.name}'")
+            seen.add(h.name)
 
     def _vocabulary(self) -> dict[str, str]:
         words = {}

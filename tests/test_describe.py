@@ -251,14 +251,12 @@ def test_distance_words_are_monotone():
     assert ranks == sorted(ranks) and set(ranks) == set(range(len(order)))
 
 
-# ---- known wording bugs (see the env-stage report): "touching" does not fit every sentence -------------
-@pytest.mark.xfail(strict=True, reason="bug: an object < 2 cm from an edge reads 'lies touching from the front edge'")
+# ---- "touching" must read well in every sentence -------------
 def test_object_very_close_to_an_edge_reads_well(tidy):
     text = tidy.captioner(placed(tidy, tool0=(1.535, 0.75, 0.42))).text
     assert "touching from" not in text
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a held object < 2 cm above the table reads 'is held touching above the table'")
 def test_object_held_low_reads_well(tidy):
     # what the tidy_table expert produces at its screwdriver grasp (seed 0, step 55): rebuild it
     # deterministically from the state the describer sees.
@@ -270,7 +268,6 @@ def test_object_held_low_reads_well(tidy):
     assert "held touching above" not in tidy.captioner(held).text
 
 
-@pytest.mark.xfail(strict=True, reason="bug: while holding, facts say gripper_open but the text says 'closed around'")
 def test_facts_agree_with_text_while_holding(tidy):
     s = placed(tidy)
     objects = dict(s.objects)

@@ -67,9 +67,9 @@ class StateCaptioner:
     # ---- sentences ------------------------------------------------------------
     def _gripper_sentence(self, s: SceneState, facts: list[str]) -> str:
         task = self.task
-        opened = "open" if s.gripper_width > 0.03 else "closed"
-        facts.append(f"gripper_{opened}")
         held = [sim for sim in task.movable if s.objects[sim].fingers_touching >= 2]
+        opened = "open" if s.gripper_width > 0.03 and not held else "closed"  # fingers around a cup stay 4 cm apart
+        facts.append(f"gripper_{opened}")
         if held:
             return f"The gripper is closed around {_an(task.word(held[0]))}."
         nearest = min(task.movable, key=lambda sim: np.linalg.norm(s.objects[sim].pos - s.gripper_pos))
@@ -106,7 +106,8 @@ class StateCaptioner:
         if o.fingers_touching >= 2:
             facts.append(f"grasped({word})")
             height = o.pos[2] - TABLE_TOP_Z
-            return f"The {word} is held {distance_words(height)} above the table.{extra}"
+            above = "just above the table" if distance_words(height) == "touching" else f"{distance_words(height)} above the table"
+            return f"The {word} is held {above}.{extra}"
         p = o.pos
         over_table = p[2] > TABLE_TOP_Z - 0.01 and edge_distance_xy(p[:2])[0] > 0
         if not over_table:
@@ -122,7 +123,8 @@ class StateCaptioner:
         d, edge = edge_distance_xy(p[:2])
         if d < NEAR_EDGE_M:
             facts.append(f"near_edge({word}, {edge})")
-            return f"The {word} {verb} {distance_words(d)} from the {edge} edge of the table.{extra}"
+            where = f"at the very {edge} edge" if distance_words(d) == "touching" else f"{distance_words(d)} from the {edge} edge"
+            return f"The {word} {verb} {where} of the table.{extra}"
         if PLACES["middle"].contains_xy(p[:2]):
             facts.append(f"in_zone({word}, middle)")
             return f"The {word} {verb} in the middle of the table.{extra}"

@@ -66,6 +66,8 @@ def _on_table(s: SceneState, obj: str) -> bool:
 
 
 def _distance(s: SceneState, a: str, b: str) -> float:
+    if a in PLACES and b in PLACES:
+        return float(np.linalg.norm(np.asarray(PLACES[a].center) - np.asarray(PLACES[b].center)))
     if b in PLACES:
         return float(np.linalg.norm(s.position(a)[:2] - np.asarray(PLACES[b].center)))
     if a in PLACES:
@@ -162,10 +164,13 @@ def _resolve(node: ast.AST, arg_kind: str, names: dict[str, str], mentioned: lis
         "place": sim in PLACES,
     }[arg_kind]
     if not ok:
-        raise PredicateError(f"'{word}' cannot be used where a {arg_kind} is expected")
+        raise PredicateError(f"'{word}' cannot be used where {_KIND_WORDS[arg_kind]} is expected")
     if sim in OBJECTS:
         mentioned.append(sim)
     return sim
+
+
+_KIND_WORDS = {"obj": "a movable object", "thing": "an object, the gripper or a place", "container": "a bin or tray", "place": "a place"}
 
 
 def _compile(node: ast.AST, names: dict[str, str], mentioned: list[str]) -> tuple[Callable, str]:

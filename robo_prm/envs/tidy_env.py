@@ -1,6 +1,7 @@
 """TidyTableEnv: the Fetch arm at a table with tools, a glass cup, a bin and a tray."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import gymnasium
@@ -68,7 +69,8 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
     `width`, `height` (frame size), `describe` (put a SceneDescription in `info`; default True).
     """
 
-    metadata = {"render_modes": ["human", "rgb_array"], "render_fps": 25}
+    # "human" needs a window (MUJOCO_GL=glfw); offered only then, since checkers open every listed mode.
+    metadata = {"render_modes": ["rgb_array"] + (["human"] if os.environ.get("MUJOCO_GL") == "glfw" else []), "render_fps": 25}
     compute_reward = property()  # hide Fetch's GoalEnv compute_reward: SB3 would take this Box-obs env for a goal env
 
     def __init__(

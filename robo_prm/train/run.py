@@ -109,7 +109,8 @@ def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_e
         raise
     save_checkpoint(model, run_dir / "checkpoints", blend, extra())
     model.save(run_dir / "final_model.zip")
-    if cfg.eval.every_steps > 0 or cfg.eval.episodes > 0:
+    evaluated_now = evaluator.history and evaluator.history[-1]["env_steps"] == model.num_timesteps
+    if cfg.eval.episodes > 0 and not evaluated_now:
         evaluator.evaluate()
     stats.flush()
     summary = {"run": run, "env_steps": model.num_timesteps, "train_success_rate_last50": stats.success_rate}
