@@ -400,3 +400,17 @@ def test_bundled_judge_explains_only_on_request(task, bundled):
     assert isinstance(j.reason, str) and "\n" not in j.reason
     [k] = bundled.judge(task, SCENES[:1])
     assert k.reason is None and k.progress == j.progress
+
+
+@pytest.mark.slow  # loads the GGUF into transformers (~20-30 s, 1.5 GB): run with -m slow
+def test_transformers_on_the_bundled_gguf_agrees_with_llamacpp(task, bundled):
+    """One prompt for every backend: the same model read by two backends gives close answers
+    (llama.cpp runs Q4_1 weights with 8-bit activations, transformers the fp32 dequantised ones)."""
+    pytest.importorskip("gguf")
+    hf = make_judge(JudgeConfig(backend="transformers", confidence_threshold=0.0))
+    a = hf.backend.score(task, SCENES, hazards=True, explain=False)
+    b = bundled.backend.score(task, SCENES, hazards=True, explain=False)
+    for x, y in zip(a, b):
+        assert np.abs(x.digits - y.digits).max() < 0.05 and abs(x.digit_mass - y.digit_mass) < 0.05
+        assert all(abs(x.hazards[k] - y.hazards[k]) < 0.05 for k in y.hazards)
+    hf.close()
