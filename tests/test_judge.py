@@ -350,6 +350,27 @@ def test_transformers_backend_matches_a_direct_forward_pass(task, tiny_model):
     assert isinstance(e.reason, str) and j.judge(task, SCENES[:1])[0].reason is None
 
 
+def test_transformers_backend_with_lora_adapter_and_calibrator(task, tiny_model, tmp_path):
+    peft = pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    folder, _, _ = tiny_model
+    base = AutoModelForCausalLM.from_pretrained(folder)
+    torch.manual_seed(1)  # init_lora_weights=False: a non-zero B, so the adapter changes the answers
+    lora = peft.get_peft_model(base, peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    lora.save_pretrained(tmp_path / "adapter")
+    (tmp_path / "cal.json").write_text(json.dumps({"x": [0, 1], "y": [0, 0.5]}))
+    plain = make_judge(JudgeConfig(backend="transformers", model=folder, confidence_threshold=0.0))
+    tuned = make_judge(JudgeConfig(backend="transformers", model=folder, confidence_threshold=0.0,
+                                   transformers=TransformersConfig(adapter=str(tmp_path / "adapter"),
+                                                                   calibrator=str(tmp_path / "cal.json"))))
+    a = plain.backend.score(task, SCENES[:1], hazards=False, explain=False)[0]
+    b = tuned.backend.score(task, SCENES[:1], hazards=False, explain=False)[0]
+    assert np.abs(a.digits - b.digits).max() > 1e-6
+    [j] = tuned.judge(task, SCENES[:1])
+    assert j.progress == pytest.approx(0.5 * summarize(b.digits, b.digit_mass)[0])
+
+
 # ---- the real bundled llama.cpp judge ----------------------------------------------------
 @pytest.fixture(scope="module")
 def bundled():
