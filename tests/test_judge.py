@@ -2,6 +2,7 @@
 confidence fallback, a tiny in-process transformers model, and the bundled llama.cpp judge."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -55,6 +56,9 @@ def test_expected_score_on_known_logits():
     assert progress == pytest.approx(0.5)  # E[uniform 0..9] = 4.5 → 4.5 / 9
     assert mass == pytest.approx(10 / 11)
     assert conf == pytest.approx(0.3 * 10 / 11)  # median 4: P(3..5) = 0.3, times the digit share
+
+
+ALL_HAZARDS = ["tool_near_edge", "tool_fell"]  # push_tool_from_edge
 
 
 def test_confidence_is_agreement_around_the_median():
@@ -218,11 +222,14 @@ class _Fixed:
     def __init__(self, digits=None, hazards=None, fail=False):
         self.digits, self.hazards, self.fail = digits, hazards or {}, fail
         self.closed = False
+        self.calls = 0
 
     def score(self, task, scenes, hazards, explain):
+        self.calls += 1
         if self.fail:
             raise ConnectionError("server gone")
-        return [Scored(self.digits, 1.0, dict(self.hazards) if hazards else {}, "llm says" if explain else None, 5.0)
+        asked = {k: v for k, v in self.hazards.items() if k in hazards}
+        return [Scored(self.digits, 1.0, asked, "llm says" if explain else None, 5.0)
                 for _ in scenes]
 
     def close(self):
@@ -256,12 +263,37 @@ def test_backend_error_falls_back_without_raising(task, caplog):
     ("llm", {"tool_near_edge": 0.2, "tool_fell": 0.9}),
     ("rules", {"tool_near_edge": 1.0}),
     ("union", {"tool_near_edge": 1.0, "tool_fell": 0.9}),
+    ("auto", {"tool_near_edge": 1.0}),  # both hazards have simulator checks: the LLM is not asked
 ])
 def test_hazards_from(task, mode, expected):
     j = ConfidentJudge(_Fixed(np.eye(10)[3], {"tool_near_edge": 0.2, "tool_fell": 0.9}), JudgeConfig(hazards_from=mode))
     [out] = j.judge(task, SCENES[:1])
     assert {h.name: h.probability for h in out.hazards} == expected
     assert all(h.severity == task.severity(h.name) for h in out.hazards)
+
+
+def test_auto_asks_the_llm_only_about_hazards_without_a_check(task):
+    from robo_prm.judge.confident import hazards_to_ask
+
+    spec = copy.deepcopy(task.spec)
+    spec.hazards[1].check = None  # tool_fell now exists only in words
+    from robo_prm.task import Task
+
+    words_only = Task(spec)
+    assert hazards_to_ask(words_only, "auto") == ["tool_fell"] and hazards_to_ask(words_only, "union") == ["tool_near_edge", "tool_fell"]
+    j = ConfidentJudge(_Fixed(np.eye(10)[3], {"tool_near_edge": 0.2, "tool_fell": 0.9}), JudgeConfig(hazards_from="auto"))
+    [out] = j.judge(words_only, SCENES[:1])
+    assert {h.name: h.probability for h in out.hazards} == {"tool_near_edge": 1.0, "tool_fell": 0.9}
+
+
+def test_equal_scene_text_reuses_the_model_answer_but_not_the_rules(task):
+    backend = _Fixed(np.eye(10)[6])
+    j = ConfidentJudge(backend, JudgeConfig(confidence_threshold=1.01))
+    a = SceneDescription(text="same words", facts=(), rule_progress=0.2)
+    b = SceneDescription(text="same words", facts=(), rule_progress=0.7)
+    out = j.judge(task, [a]) + j.judge(task, [b])
+    assert backend.calls == 1 and j.stats()["answer_cache_hits"] == 1
+    assert [o.progress for o in out] == [0.2, 0.7]  # the fallback still reads each state
 
 
 def test_merge_hazards_keeps_the_higher_belief():
@@ -273,7 +305,7 @@ def test_merge_hazards_keeps_the_higher_belief():
 def test_config_defaults_are_the_product_defaults():
     cfg = JudgeConfig()
     assert (cfg.backend, cfg.model, cfg.n_threads, cfg.seed, cfg.confidence_threshold, cfg.hazards_from,
-            cfg.reason_tokens, cfg.votes) == ("llamacpp", None, 2, 0, 0.7, "union", 40, 3)
+            cfg.reason_tokens, cfg.votes) == ("llamacpp", None, 2, 0, 0.7, "auto", 40, 3)
     assert cfg.openai.api_key_env == "OPENAI_API_KEY"
     from robo_prm.config_io import ConfigError, from_dict
 
@@ -319,7 +351,7 @@ def tiny_model(tmp_path_factory):
 
 def test_transformers_backend_expected_score_on_flat_model(task, tiny_model):
     _, flat, n_vocab = tiny_model
-    j = make_judge(JudgeConfig(backend="transformers", model=flat, confidence_threshold=0.0))
+    j = make_judge(JudgeConfig(backend="transformers", model=flat, confidence_threshold=0.0, hazards_from="union"))
     out = j.judge(task, SCENES)
     for o in out:  # uniform next-token distribution: E[digit] = 4.5, agreement 0.3, digit share 10/V
         assert o.progress == pytest.approx(0.5, abs=1e-9)
@@ -331,10 +363,10 @@ def test_transformers_backend_expected_score_on_flat_model(task, tiny_model):
 
 def test_transformers_backend_matches_a_direct_forward_pass(task, tiny_model):
     folder, _, _ = tiny_model
-    j = make_judge(JudgeConfig(backend="transformers", model=folder, confidence_threshold=0.0,
+    j = make_judge(JudgeConfig(backend="transformers", model=folder, confidence_threshold=0.0, hazards_from="union",
                                transformers=TransformersConfig(batch_size=4)))
     b = j.backend
-    scored = b.score(task, SCENES, hazards=True, explain=False)
+    scored = b.score(task, SCENES, hazards=ALL_HAZARDS, explain=False)
     _, prefix, tail, digits, hz = b._task(task)
     for scene, s in zip(SCENES, scored):
         ids = torch.tensor([prefix + b.tokenize(scene.text) + tail])
@@ -344,7 +376,7 @@ def test_transformers_backend_matches_a_direct_forward_pass(task, tiny_model):
         assert s.digit_mass == pytest.approx(p[digits].sum(), rel=1e-4)
         assert set(s.hazards) == {"tool_near_edge", "tool_fell"} and all(0 <= v <= 1 for v in s.hazards.values())
     # left padding does not change a row: batch of 3 (different lengths) vs one by one
-    one = [b.score(task, [sc], hazards=False, explain=False)[0].digits for sc in SCENES]
+    one = [b.score(task, [sc], hazards=[], explain=False)[0].digits for sc in SCENES]
     assert all(np.allclose(a.digits, o, atol=1e-6) for a, o in zip(scored, one))
     [e] = j.judge(task, SCENES[:1], explain=True)
     assert isinstance(e.reason, str) and j.judge(task, SCENES[:1])[0].reason is None
@@ -364,8 +396,8 @@ def test_transformers_backend_with_lora_adapter_and_calibrator(task, tiny_model,
     tuned = make_judge(JudgeConfig(backend="transformers", model=folder, confidence_threshold=0.0,
                                    transformers=TransformersConfig(adapter=str(tmp_path / "adapter"),
                                                                    calibrator=str(tmp_path / "cal.json"))))
-    a = plain.backend.score(task, SCENES[:1], hazards=False, explain=False)[0]
-    b = tuned.backend.score(task, SCENES[:1], hazards=False, explain=False)[0]
+    a = plain.backend.score(task, SCENES[:1], hazards=[], explain=False)[0]
+    b = tuned.backend.score(task, SCENES[:1], hazards=[], explain=False)[0]
     assert np.abs(a.digits - b.digits).max() > 1e-6
     [j] = tuned.judge(task, SCENES[:1])
     assert j.progress == pytest.approx(0.5 * summarize(b.digits, b.digit_mass)[0])
@@ -375,7 +407,7 @@ def test_transformers_backend_with_lora_adapter_and_calibrator(task, tiny_model,
 @pytest.fixture(scope="module")
 def bundled():
     pytest.importorskip("llama_cpp")
-    j = make_judge(JudgeConfig(n_threads=1, confidence_threshold=0.0))
+    j = make_judge(JudgeConfig(n_threads=1, confidence_threshold=0.0, hazards_from="union"))
     yield j
     j.close()
 
@@ -397,10 +429,10 @@ def test_prefix_reuse_equals_full_evaluation(task, bundled):
     for scene in SCENES:  # splitting the prompt for reuse does not change its tokens
         assert tt.prefix + b.tokenize(scene_text(scene)) + tt.score_tail + [tt.digits[0]] == \
             b.tokenize(tt.prompt.score_prompt(scene) + " 0", bos=True)
-    reused = b.score(task, SCENES, hazards=True, explain=False)
+    reused = b.score(task, SCENES, hazards=ALL_HAZARDS, explain=False)
     b.cfg = dataclasses.replace(b.cfg, prefix_reuse=False)
     try:
-        full = b.score(task, SCENES, hazards=True, explain=False)
+        full = b.score(task, SCENES, hazards=ALL_HAZARDS, explain=False)
     finally:
         b.cfg = dataclasses.replace(b.cfg, prefix_reuse=True)
     for r, f in zip(reused, full):
@@ -410,9 +442,9 @@ def test_prefix_reuse_equals_full_evaluation(task, bundled):
 
 def test_switching_tasks_restores_the_saved_prefix(task, bundled):
     other = load_task("reach_tool")
-    before = bundled.backend.score(task, SCENES[:1], hazards=False, explain=False)[0].digits
-    bundled.backend.score(other, SCENES[:1], hazards=False, explain=False)  # evicts the prefix from the context
-    after = bundled.backend.score(task, SCENES[:1], hazards=False, explain=False)[0].digits
+    before = bundled.backend.score(task, SCENES[:1], hazards=[], explain=False)[0].digits
+    bundled.backend.score(other, SCENES[:1], hazards=[], explain=False)  # evicts the prefix from the context
+    after = bundled.backend.score(task, SCENES[:1], hazards=[], explain=False)[0].digits
     assert np.abs(before - after).max() < 1e-4
 
 
@@ -429,8 +461,8 @@ def test_transformers_on_the_bundled_gguf_agrees_with_llamacpp(task, bundled):
     (llama.cpp runs Q4_1 weights with 8-bit activations, transformers the fp32 dequantised ones)."""
     pytest.importorskip("gguf")
     hf = make_judge(JudgeConfig(backend="transformers", confidence_threshold=0.0))
-    a = hf.backend.score(task, SCENES, hazards=True, explain=False)
-    b = bundled.backend.score(task, SCENES, hazards=True, explain=False)
+    a = hf.backend.score(task, SCENES, hazards=ALL_HAZARDS, explain=False)
+    b = bundled.backend.score(task, SCENES, hazards=ALL_HAZARDS, explain=False)
     for x, y in zip(a, b):
         assert np.abs(x.digits - y.digits).max() < 0.05 and abs(x.digit_mass - y.digit_mass) < 0.05
         assert all(abs(x.hazards[k] - y.hazards[k]) < 0.05 for k in y.hazards)

@@ -29,6 +29,9 @@ SERVER = ("from robo_prm.judge.backends.llamacpp import disable_extra_buffers; d
           "runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)")
 
 
+ALL_HAZARDS = ["tool_near_edge", "tool_fell"]  # push_tool_from_edge
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -69,7 +72,7 @@ def server(tmp_path_factory):
 
 def test_openai_backend_judges_with_logprobs(server):
     task = load_task("push_tool_from_edge")
-    judge = make_judge(JudgeConfig(backend="openai", openai=OpenAIConfig(base_url=server), confidence_threshold=0.0))
+    judge = make_judge(JudgeConfig(backend="openai", openai=OpenAIConfig(base_url=server), confidence_threshold=0.0, hazards_from="union"))
     out = judge.judge(task, SCENES)
     assert judge.backend.logprobs is True  # llama.cpp's server returns top-k logprobs
     for j in out:
@@ -87,7 +90,7 @@ def test_openai_backend_text_votes(server):
     judge = make_judge(JudgeConfig(backend="openai", openai=OpenAIConfig(base_url=server), confidence_threshold=0.0,
                                    votes=3, reason_tokens=16))
     judge.backend.logprobs = False  # as if the server had answered without them
-    [s] = judge.backend.score(task, SCENES[:1], hazards=True, explain=True)
+    [s] = judge.backend.score(task, SCENES[:1], hazards=ALL_HAZARDS, explain=True)
     if s.digits is not None:  # the zero-shot 135M model may answer without a digit: then no votes parse
         assert np.isclose(s.digits.sum(), 1.0) and 0.0 < s.digit_mass <= 1.0 and 0.0 <= s.progress <= 1.0
     assert set(s.hazards) == {"tool_near_edge", "tool_fell"}

@@ -34,7 +34,8 @@ class Scored:
 class Backend(Protocol):
     name: str
 
-    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: bool, explain: bool) -> list[Scored]:
-        """Raw answers, one per scene. May raise: the caller falls back to rules."""
+    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
+        """Raw answers, one per scene, with P(present) for each hazard named in `hazards`.
+        May raise: the caller falls back to rules."""
 
     def close(self) -> None: ...

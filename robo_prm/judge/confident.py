@@ -6,23 +6,37 @@ Hazards are merged here as `hazards_from` says (llm / rules / union).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 from robo_prm.judge.backends.rules import RulesJudge
 from robo_prm.judge.base import Backend, Scored
 from robo_prm.judge.config import JudgeConfig
-from robo_prm.judge.prompt import severity, task_spec
+from robo_prm.judge.prompt import severity, task_key, task_spec
 from robo_prm.judge.scoring import summarize
 from robo_prm.types import HazardReport, Judgement, SceneDescription
 
 log = logging.getLogger(__name__)
 
 
+def hazards_to_ask(task: Any, mode: str) -> list[str]:
+    """Which of the task's hazards the model is asked about: all ('llm', 'union'), none
+    ('rules'), or only those the simulator cannot check ('auto', the default: an LLM pass per
+    hazard costs as much as the score itself, and for checked hazards the simulator is ground truth)."""
+    hazards = task_spec(task).hazards
+    if mode == "rules":
+        return []
+    if mode == "auto":
+        return [h.name for h in hazards if not h.check]
+    return [h.name for h in hazards]
+
+
 def merge_hazards(llm: Sequence[HazardReport], rules: Sequence[HazardReport], mode: str) -> tuple[HazardReport, ...]:
     if mode == "llm":
-        return tuple(llm)
+        return tuple(llm)  # "auto" merges like "union": the LLM asked only what rules cannot see
     if mode == "rules":
         return tuple(rules)
     best: dict[str, HazardReport] = {h.name: h for h in llm}
@@ -42,7 +56,8 @@ class ConfidentJudge:
         self.rules = RulesJudge()
         self.calibrator = calibrator
         self.name = backend.name if backend is not None else self.rules.name
-        self._calls = self._fallbacks = self._errors = 0
+        self._calls = self._fallbacks = self._errors = self._hits = 0
+        self._answers: OrderedDict[tuple, Scored] = OrderedDict()  # (task key, scene text) → raw answer
         self._latency_ms = 0.0
 
     def judge(self, task: Any, scenes: Sequence[SceneDescription], explain: bool = False) -> list[Judgement]:
@@ -54,21 +69,48 @@ class ConfidentJudge:
             self._count(rules)
             return rules
         mode = self.cfg.hazards_from
-        ask_hazards = mode != "rules" and bool(task_spec(task).hazards)
+        asked = hazards_to_ask(task, mode)
         t0 = time.perf_counter()
-        try:
-            scored: list[Scored | None] = list(self.backend.score(task, scenes, hazards=ask_hazards, explain=explain))
-            if len(scored) != len(scenes):
-                raise RuntimeError(f"backend returned {len(scored)} answers for {len(scenes)} scenes")
-        except Exception as exc:  # never stop training over the judge: rules answer instead
-            self._errors += 1
-            log.warning("judge backend %s failed (%s: %s); using the rules judgement for %d scene(s)",
-                        self.name, type(exc).__name__, exc, len(scenes))
-            scored = [None] * len(scenes)
+        scored = self._score_cached(task, scenes, asked, explain)
         per_scene_ms = (time.perf_counter() - t0) * 1e3 / len(scenes)
         out = [self._one(task, s, r, mode) if s is not None else self._fallback(r, mode, per_scene_ms, None)
                for s, r in zip(scored, rules)]
         self._count(out)
+        return out
+
+    def _score_cached(self, task: Any, scenes: list[SceneDescription], asked: list[str], explain: bool) -> list[Scored | None]:
+        """The backend's raw answers, reusing earlier answers for the same (task, scene text).
+
+        A model sees only the task and the scene text, so equal text means an equal answer; the
+        confidence test and the rules fallback still run per scene (rules read the exact state)."""
+        key = task_key(task)
+        out: list[Scored | None] = [None] * len(scenes)
+        todo: list[int] = []
+        for i, scene in enumerate(scenes):
+            hit = self._answers.get((key, scene.text))
+            if hit is not None and (hit.reason is not None or not explain):
+                self._answers.move_to_end((key, scene.text))
+                self._hits += 1
+                out[i] = dataclasses.replace(hit, latency_ms=0.0, reason=hit.reason if explain else None)
+            else:
+                todo.append(i)
+        if not todo:
+            return out
+        try:
+            fresh = list(self.backend.score(task, [scenes[i] for i in todo], hazards=asked, explain=explain))
+            if len(fresh) != len(todo):
+                raise RuntimeError(f"backend returned {len(fresh)} answers for {len(todo)} scenes")
+        except Exception as exc:  # never stop training over the judge: rules answer instead
+            self._errors += 1
+            log.warning("judge backend %s failed (%s: %s); using the rules judgement for %d scene(s)",
+                        self.name, type(exc).__name__, exc, len(todo))
+            return out
+        for i, s in zip(todo, fresh):
+            out[i] = s
+            if self.cfg.cache_size > 0:
+                self._answers[(key, scenes[i].text)] = s
+                if len(self._answers) > self.cfg.cache_size:
+                    self._answers.popitem(last=False)
         return out
 
     def _one(self, task: Any, s: Scored, rules: Judgement, mode: str) -> Judgement:
@@ -108,7 +150,7 @@ class ConfidentJudge:
 
     def stats(self) -> dict[str, float]:
         """calls (scenes judged), fallbacks, errors (failed backend batches), mean latency_ms per scene."""
-        return {"calls": self._calls, "fallbacks": self._fallbacks, "errors": self._errors,
+        return {"calls": self._calls, "fallbacks": self._fallbacks, "errors": self._errors, "answer_cache_hits": self._hits,
                 "fallback_rate": self._fallbacks / self._calls if self._calls else 0.0,
                 "mean_latency_ms": self._latency_ms / self._calls if self._calls else 0.0}
 

@@ -1,5 +1,5 @@
 """Typed judge config. The defaults are the product defaults: the bundled SmolLM2 GGUF
-through llama.cpp, rules as the fallback, hazards from both."""
+through llama.cpp, rules as the fallback, hazards from the simulator where it can check them and from the LLM elsewhere."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -37,7 +37,10 @@ class JudgeConfig:
     n_ctx: int = 2048
     seed: int = 0
     confidence_threshold: float = 0.7  # below it the rules judgement is used (Judgement.fallback=True)
-    hazards_from: Literal["llm", "rules", "union"] = "union"
+    # auto: the simulator's checks where a hazard has one, the LLM for hazards described only in words;
+    # union: ask the LLM about every hazard and merge with the checks; llm / rules: one source only.
+    hazards_from: Literal["auto", "llm", "rules", "union"] = "auto"
+    cache_size: int = 20_000  # raw model answers kept per (task, scene text); 0 disables
     reason_tokens: int = 40  # max tokens of the reason, generated only when explain=True
     votes: int = 3  # text-only answers (no logprobs): median of this many samples
     extra_buffers: bool = False  # llama.cpp AMX/repack weight buffers; they segfault where AMX is advertised but not granted

@@ -96,12 +96,12 @@ class TransformersBackend:
                 out.append(logits[:, -1, :].double().numpy())
         return np.concatenate(out, axis=0)
 
-    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: bool, explain: bool) -> list[Scored]:
+    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
         t0 = time.perf_counter()
         prompt, prefix, score_tail, digits, hz = self._task(task)
         heads = [prefix + self.tokenize(scene_text(s)) for s in scenes]
         rows = [h + score_tail for h in heads]
-        asked = list(hz.items()) if hazards else []
+        asked = [(name, hz[name]) for name in hazards]
         for h in heads:
             rows += [h + tail for _, (tail, _, _) in asked]
         logits = self.last_logits(rows)

@@ -154,7 +154,7 @@ class LlamaCppBackend:
         llm.eval(tokens[llm.n_tokens:])
         return self._logits()
 
-    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: bool, explain: bool) -> list[Scored]:
+    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
         tt = self._task(task)
         out = []
         for scene in scenes:
@@ -162,9 +162,9 @@ class LlamaCppBackend:
             head = tt.prefix + self.tokenize(scene_text(scene))
             digits, mass = digit_probs(self._eval(tt, head + tt.score_tail), tt.digits)
             probs = {}
-            if hazards:  # each question continues from the scene's KV cells
-                for name, (tail, yes, no) in tt.hazards.items():
-                    probs[name] = yes_probability(self._eval(tt, head + tail), yes, no)
+            for name in hazards:  # each question continues from the scene's KV cells
+                tail, yes, no = tt.hazards[name]
+                probs[name] = yes_probability(self._eval(tt, head + tail), yes, no)
             reason = self._reason(tt, head, digits) if explain else None
             out.append(Scored(digits, mass, probs, reason, (time.perf_counter() - t0) * 1e3))
         return out

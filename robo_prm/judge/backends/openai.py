@@ -108,7 +108,7 @@ class OpenAIBackend:
             self._prompts[key] = build_prompt(task, self.render)
         return self._prompts[key]
 
-    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: bool, explain: bool) -> list[Scored]:
+    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
         import numpy as np
 
         prompt = self._prompt(task)
@@ -129,7 +129,7 @@ class OpenAIBackend:
             out.append(s)
         return out
 
-    def _score_logprobs(self, prompt, head: str, hazards: bool) -> Scored | None:
+    def _score_logprobs(self, prompt, head: str, hazards: Sequence[str]) -> Scored | None:
         import numpy as np
 
         try:
@@ -151,16 +151,15 @@ class OpenAIBackend:
         mass = float(p.sum())
         digits = p / mass if mass > 0 else None
         probs = {}
-        if hazards:
-            for name, tail in prompt.hazard_tails.items():
-                ht = self._top(self._complete(head + tail, 1, True), skip_space=False) or {}
-                y = sum(v for k, v in ht.items() if k.strip().lower() == "yes")
-                n = sum(v for k, v in ht.items() if k.strip().lower() == "no")
-                if y + n > 0:  # neither in the top-k: no answer, the rules hazards stand
-                    probs[name] = y / (y + n)
+        for name in hazards:
+            ht = self._top(self._complete(head + prompt.hazard_tails[name], 1, True), skip_space=False) or {}
+            y = sum(v for k, v in ht.items() if k.strip().lower() == "yes")
+            n = sum(v for k, v in ht.items() if k.strip().lower() == "no")
+            if y + n > 0:  # neither in the top-k: no answer, the rules hazards stand
+                probs[name] = y / (y + n)
         return Scored(digits, min(mass, 1.0), probs)
 
-    def _score_votes(self, task: Any, text_prompt: str, hazards: bool, explain: bool) -> Scored:
+    def _score_votes(self, task: Any, text_prompt: str, hazards: Sequence[str], explain: bool) -> Scored:
         known = {h.name: h.text for h in task_spec(task).hazards}
         answers = []
         for v in range(max(1, self.cfg.votes)):
@@ -175,8 +174,8 @@ class OpenAIBackend:
         median = got[(len(got) - 1) // 2] / 9.0 if got else None  # the method's median-of-votes
         probs = {}
         if hazards:
-            named = [set(match_hazards(a.hazards, known)) for a in answers]
-            probs = {n: sum(n in s for s in named) / len(named) for n in known}
+            named = [set(match_hazards(a.hazards, known)) for a in answers]  # the text answer names any hazard
+            probs = {n: sum(n in s for s in named) / len(named) for n in hazards}
         reason = next((a.reason for a in answers if a.reason), None) if explain else None
         return Scored(digits, share, probs, reason, progress=median)
 
