@@ -27,7 +27,7 @@ class RewardLogger(BaseCallback):
         self.successes: deque[float] = deque(maxlen=50)
         self.hazard_events: deque[int] = deque(maxlen=50)
         self._ep_hazards: dict[int, int] = defaultdict(int)
-        self._prev_hazards: dict[int, tuple] = defaultdict(tuple)
+        self._prev_hazards: dict[int, tuple | None] = defaultdict(lambda: None)
 
     @property
     def success_rate(self) -> float:
@@ -39,12 +39,13 @@ class RewardLogger(BaseCallback):
                 self.sums[k] += v
             self.n += 1
             hazards = tuple(info.get("hazards", ()))
-            self._ep_hazards[i] += len(set(hazards) - set(self._prev_hazards[i]))  # onsets, not durations
+            if self._prev_hazards[i] is not None:  # onsets, not durations; an episode's first step is its baseline
+                self._ep_hazards[i] += len(set(hazards) - set(self._prev_hazards[i]))
             self._prev_hazards[i] = hazards
             if done:
                 self.successes.append(float(info.get("is_success", False)))
                 self.hazard_events.append(self._ep_hazards[i])
-                self._ep_hazards[i], self._prev_hazards[i] = 0, ()
+                self._ep_hazards[i], self._prev_hazards[i] = 0, None
         if self.num_timesteps % self.every < self.training_env.num_envs:
             self.flush()
         return True

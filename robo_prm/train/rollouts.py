@@ -25,8 +25,10 @@ class EpisodeResult:
     path: str | None = None
 
 
-def hazard_onsets(hazards_per_step: list[tuple]) -> int:
-    prev: set = set()
+def hazard_onsets(hazards_per_step: list[tuple], initial: tuple = ()) -> int:
+    """How often a hazard switches on during the episode; hazards already present at the start
+    state (a tool placed at the edge by the task) are not the policy's doing."""
+    prev: set = set(initial)
     n = 0
     for h in hazards_per_step:
         n += len(set(h) - prev)
@@ -63,6 +65,7 @@ def run_episodes(
             if recording:
                 writer = EpisodeWriter(record_dir / f"{prefix}_{k:04d}", episode_meta(task, run, cfg.algo, seed + k, env_steps), overwrite=True)
                 writer.add_frame(env.render())
+            start_hazards = tuple(info.get("hazards", ()))
             hazards, ret, t, done = [], 0.0, 0, False
             while not done:
                 action = policy(obs)
@@ -76,7 +79,7 @@ def run_episodes(
                 t += 1
                 done = term or trunc
             path = str(writer.close()) if writer is not None else None
-            results.append(EpisodeResult(seed + k, bool(info.get("is_success")), ret, hazard_onsets(hazards), t, path))
+            results.append(EpisodeResult(seed + k, bool(info.get("is_success")), ret, hazard_onsets(hazards, start_hazards), t, path))
     finally:
         env.close()
     return results

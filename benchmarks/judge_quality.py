@@ -1,0 +1,131 @@
+"""How good is a judge at reading progress and hazards? VOC and hazard precision/recall per task.
+
+    python benchmarks/judge_quality.py                  # rules and the zero-shot bundled LLM, all shipped tasks
+    python benchmarks/judge_quality.py --episodes 3     # quicker
+
+For each shipped task:
+* VOC (value-order correlation): Spearman ρ between a judge's progress and the time step, on
+  scripted-expert episodes that succeed (should be high) and on random-policy episodes (should
+  stay near 0); mean over episodes.
+* Hazard precision / recall: the judge's hazards (probability ≥ 0.5) against the simulator's
+  hazard predicates on every judged step of both episode sets (micro-averaged). Tasks whose
+  hazards never fire in these episodes report n/a.
+Judges: `rules` (the simulator's own milestone progress: an upper reference, not a model),
+`llm-zero-shot` (the bundled SmolLM2 via llama.cpp, confidence threshold 0 so its own answer
+is always used, hazards asked of the LLM for every hazard: hazards_from=llm).
+Writes benchmarks/results/judge_quality.json and prints a markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+
+import robo_prm
+from robo_prm.envs.experts import ScriptedExpert, rollout
+from robo_prm.judge import JudgeConfig, make_judge
+from robo_prm.task import shipped_tasks
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "judge_quality.json"
+JUDGES = {
+    "rules": JudgeConfig(backend="rules"),
+    "llm-zero-shot": JudgeConfig(confidence_threshold=0.0, hazards_from="llm", n_threads=2),
+}
+
+
+def episodes(task: str, n: int, seed0: int):
+    """(successful expert episodes, random-policy episodes) as lists of SceneDescription lists."""
+    import gymnasium as gym
+
+    env = gym.make(robo_prm.env_id(task))
+    expert = ScriptedExpert(env)
+    good, seed = [], seed0
+    while len(good) < n and seed < seed0 + 5 * n:
+        infos, _, _, ok = rollout(env, expert, seed)
+        if ok:
+            good.append([i["description"] for i in infos])
+        seed += 1
+    rng = np.random.default_rng(seed0)
+    rand = []
+    for k in range(n):
+        infos, _, _, _ = rollout(env, lambda obs: rng.uniform(-1, 1, size=4).astype(np.float32), seed0 + 1000 + k)
+        rand.append([i["description"] for i in infos])
+    env.close()
+    return good, rand
+
+
+def voc(progress: list[float]) -> float:
+    if len(progress) < 3 or np.std(progress) == 0:
+        return 0.0  # a constant judge orders nothing
+    return float(spearmanr(np.arange(len(progress)), progress).statistic)
+
+
+def evaluate(judge, task, eps, stride: int):
+    vocs, tp, fp, fn = [], 0, 0, 0
+    for scenes in eps:
+        scenes = scenes[::stride]
+        out = judge.judge(task, scenes)
+        vocs.append(voc([j.progress for j in out]))
+        for scene, j in zip(scenes, out):
+            pred, true = set(j.hazard_names()), set(scene.hazards)
+            tp += len(pred & true)
+            fp += len(pred - true)
+            fn += len(true - pred)
+    return vocs, tp, fp, fn
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--episodes", type=int, default=5)
+    ap.add_argument("--stride", type=int, default=2, help="judge every n-th step of an episode")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    from robo_prm.task import load_task
+
+    rows = []
+    data = {t: episodes(t, args.episodes, args.seed) for t in shipped_tasks()}
+    for name, cfg in JUDGES.items():
+        judge = make_judge(cfg)
+        for t in shipped_tasks():
+            task = load_task(t)
+            good, rand = data[t]
+            t0 = time.perf_counter()
+            v_good, *c1 = evaluate(judge, task, good, args.stride)
+            v_rand, *c2 = evaluate(judge, task, rand, args.stride)
+            tp, fp, fn = (a + b for a, b in zip(c1, c2))
+            rows.append({
+                "judge": name, "task": t, "episodes_success": len(good), "episodes_random": len(rand),
+                "voc_success": float(np.mean(v_good)) if v_good else None,
+                "voc_random": float(np.mean(v_rand)) if v_rand else None,
+                "hazard_precision": tp / (tp + fp) if tp + fp else None,
+                "hazard_recall": tp / (tp + fn) if tp + fn else None,
+                "hazard_positives": tp + fn, "seconds": time.perf_counter() - t0,
+            })
+            print(json.dumps(rows[-1]), flush=True)
+        judge.close()
+    meta = {
+        "command": "python benchmarks/judge_quality.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPU, {platform.processor() or platform.machine()}",
+        "load_avg_1m": os.getloadavg()[0],
+    }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+    print("\n| judge | task | VOC success | VOC random | hazard precision | hazard recall | hazard positives |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['judge']} | {r['task']} | {fmt(r['voc_success'])} | {fmt(r['voc_random'])} | "
+              f"{fmt(r['hazard_precision'])} | {fmt(r['hazard_recall'])} | {r['hazard_positives']} |")
+
+
+if __name__ == "__main__":
+    main()
