@@ -6,8 +6,10 @@
 Scenes are `info["description"]` from a random-policy rollout of
 robo_prm/PushToolFromEdge-v0 (hand-written texts if the envs cannot load). Every row runs
 in its own subprocess, one at a time, so peak RSS (getrusage) is that backend's alone.
-A judgement = the score pass plus one yes/no pass per task hazard (hazards_from=union,
-the product default), except the "score only" row (hazards_from=rules).
+A judgement = the score pass, plus one yes/no pass per task hazard in the "union" row (the
+default hazards_from=auto asks the LLM only about hazards the simulator cannot check; this
+task has none). The answer cache is off in these rows; `--rollout` measures it separately:
+backend answers per 1,000 env steps of a random policy through the blended reward (judge every 4th step).
 """
 from __future__ import annotations
 
@@ -25,12 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "judge_speed.json"
 TASK = "push_tool_from_edge"
 
-ROWS = {  # name → (JudgeConfig fields, note)
-    "rules": ({"backend": "rules"}, "simulator progress + hazards"),
-    "llamacpp": ({"backend": "llamacpp"}, "prefix reuse (default)"),
-    "llamacpp-score-only": ({"backend": "llamacpp", "hazards_from": "rules"}, "prefix reuse, no LLM hazard passes"),
-    "llamacpp-no-reuse": ({"backend": "llamacpp", "prefix_reuse": False}, "every prompt evaluated in full"),
-    "transformers": ({"backend": "transformers"}, "bundled GGUF dequantised to fp32, batched"),
+ROWS = {  # name → (JudgeConfig fields, note); the answer cache is off so every row computes every scene
+    "rules": ({"backend": "rules", "cache_size": 0}, "simulator progress + hazards"),
+    "llamacpp": ({"backend": "llamacpp", "cache_size": 0}, "default: prefix reuse, hazards_from=auto (score pass only here)"),
+    "llamacpp-union": ({"backend": "llamacpp", "hazards_from": "union", "cache_size": 0}, "prefix reuse + one LLM yes/no pass per hazard"),
+    "llamacpp-no-reuse": ({"backend": "llamacpp", "prefix_reuse": False, "cache_size": 0}, "every prompt evaluated in full"),
+    "transformers": ({"backend": "transformers", "cache_size": 0}, "bundled GGUF dequantised to fp32, batched"),
 }
 
 FALLBACK_TEXTS = [
@@ -103,6 +105,41 @@ def run_row(name: str, n: int, threads: int) -> dict:
     return result
 
 
+def run_rollout(steps: int, threads: int) -> dict:
+    """Random policy through the blended reward with the default judge: how often the model runs."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(threads)
+    import robo_prm  # noqa: F401
+    from robo_prm.judge import JudgeConfig, make_judge
+    from robo_prm.reward import LLMRewardWrapper, RewardConfig
+
+    out = {}
+    for task_name, env_id in (("reach_tool", "robo_prm/ReachTool-v0"), (TASK, "robo_prm/PushToolFromEdge-v0")):
+        judge = make_judge(JudgeConfig(n_threads=threads))
+        env = LLMRewardWrapper(gym.make(env_id), judge, RewardConfig())
+        env.reset(seed=0)
+        env.action_space.seed(0)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            _, _, term, trunc, _ = env.step(env.action_space.sample())
+            if term or trunc:
+                env.reset()
+        wall = time.perf_counter() - t0
+        st = judge.stats()
+        computed = st["calls"] - st["answer_cache_hits"]
+        out[task_name] = {"env_steps": steps, "judged_scenes": st["calls"], "model_answers_computed": computed,
+                          "model_calls_per_1k_steps": 1000 * computed / steps,
+                          "answer_cache_hit_rate": st["answer_cache_hits"] / max(1, st["calls"]),
+                          "fallback_rate": st["fallback_rate"], "env_steps_per_s": steps / wall}
+        env.close()
+        judge.close()
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
 def table(results: list[dict]) -> str:
     lines = ["| backend | what | batch | judgements/s | p50 ms | p95 ms | peak RSS MB | load s |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -119,29 +156,42 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=16, help="scenes per row (each judged at batch 1 and batch 8)")
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp and torch threads (the judge's default: 2)")
     ap.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of: {', '.join(ROWS)}")
+    ap.add_argument("--rollout", type=int, default=2000, help="env steps of the cache measurement (0: skip)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one row, print JSON
     args = ap.parse_args()
     if args.one:
-        print("RESULT " + json.dumps(run_row(args.one, args.n, args.threads)))
+        result = run_rollout(args.rollout, args.threads) if args.one == "rollout" else run_row(args.one, args.n, args.threads)
+        print("RESULT " + json.dumps(result))
         return
     results = []
     load_before = os.getloadavg()[0]
-    for name in args.rows.split(","):
-        proc = subprocess.run([sys.executable, __file__, "--one", name, "--n", str(args.n), "--threads", str(args.threads)],
-                              capture_output=True, text=True, cwd=ROOT)
+    rollout = None
+    for name in args.rows.split(",") + (["rollout"] if args.rollout else []):
+        proc = subprocess.run([sys.executable, __file__, "--one", name, "--n", str(args.n), "--threads", str(args.threads),
+                               "--rollout", str(args.rollout)], capture_output=True, text=True, cwd=ROOT)
         line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
         if line is None:
             print(f"{name}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
             continue
-        results.append(json.loads(line[7:]))
+        if name == "rollout":
+            rollout = json.loads(line[7:])
+        else:
+            results.append(json.loads(line[7:]))
         print(f"{name}: done", file=sys.stderr)
     meta = {"command": "python benchmarks/judge_speed.py " + " ".join(sys.argv[1:]), "task": TASK,
             "threads": args.threads, "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
             "loadavg_1min_before": load_before, "loadavg_1min_after": os.getloadavg()[0],
             "date": time.strftime("%Y-%m-%d %H:%M")}
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    OUT.write_text(json.dumps({"meta": meta, "results": results, "rollout": rollout}, indent=2))
     print(table(results))
+    if rollout:
+        print("\n| task | env steps | judged scenes | model answers computed | model calls / 1k steps | answer-cache hit rate | fallback rate | env steps/s |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for task_name, r in rollout.items():
+            if isinstance(r, dict):
+                print(f"| {task_name} | {r['env_steps']} | {r['judged_scenes']} | {r['model_answers_computed']} | "
+                      f"{r['model_calls_per_1k_steps']:.0f} | {r['answer_cache_hit_rate']:.2f} | {r['fallback_rate']:.2f} | {r['env_steps_per_s']:.0f} |")
     print(f"\n{meta['command']} (threads={args.threads}, load avg {load_before:.1f} → {meta['loadavg_1min_after']:.1f}); "
           f"JSON: {OUT.relative_to(ROOT)}")
 

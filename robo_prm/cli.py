@@ -61,7 +61,8 @@ def cmd_train(args, extra: list[str]) -> int:
             value = getattr(args, key)
             if value is not None:
                 overrides[key] = value
-        cfg = load_train_config(args.config, overrides)
+        config = args.config or _task_train_config(overrides.get("task"), overrides.get("algo"))
+        cfg = load_train_config(config, overrides)
         from robo_prm.task import load_task
 
         load_task(cfg.task)
@@ -77,6 +78,17 @@ def cmd_train(args, extra: list[str]) -> int:
             _replay(eps[-1], out, gif=False, summary=run_dir / "replay_summary.png")
             print(f"replay video: {out}")
     return 0
+
+
+def _task_train_config(task: str | None, algo: str | None) -> str | None:
+    """The shipped per-task train config (configs/train/<task>.yaml) when it fits the asked algorithm."""
+    from robo_prm.config import train_configs_dir
+    from robo_prm.config_io import load_yaml
+
+    path = train_configs_dir() / f"{task or 'reach_tool'}.yaml"
+    if path.exists() and algo in (None, load_yaml(path).get("algo")):
+        return str(path)
+    return None
 
 
 # ---- replay ------------------------------------------------------------------------

@@ -26,8 +26,8 @@ class RecordConfig:
 
 @dataclass
 class EvalConfig:
-    every_steps: int = 5_000  # 0: never during training
-    episodes: int = 5
+    every_steps: int = 2_500  # 0: never during training
+    episodes: int = 10
     record: int = 1  # how many of the evaluation episodes to record
 
 
@@ -35,7 +35,7 @@ class EvalConfig:
 class TrainConfig:
     task: str = "reach_tool"  # shipped task name or path to a task YAML
     algo: Literal["sac", "ppo"] = "sac"
-    steps: int = 20_000  # total env steps
+    steps: int = 10_000  # total env steps
     seed: int = 0
     n_envs: int = 1
     device: str = "cpu"

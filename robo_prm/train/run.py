@@ -113,7 +113,10 @@ def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_e
     if cfg.eval.episodes > 0 and not evaluated_now:
         evaluator.evaluate()
     stats.flush()
-    summary = {"run": run, "env_steps": model.num_timesteps, "train_success_rate_last50": stats.success_rate}
+    import resource
+
+    summary = {"run": run, "env_steps": model.num_timesteps, "train_success_rate_last50": stats.success_rate,
+               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if evaluator.history:
         summary["final_eval"] = evaluator.history[-1]
     if blend is not None:

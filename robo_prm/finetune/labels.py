@@ -1,0 +1,360 @@
+"""Labels for the judge: one JSONL format, written by auto-labelling and by the labelling UI.
+
+One line per labelled scene::
+
+    {"task": "push_tool_from_edge__mallet_p1",     # task name (a variant's name for generated text)
+     "task_text": {"background": ..., "goal": ..., "dimensions": [...],
+                   "hazards": [{"name": ..., "text": ..., "severity": ...}]},   # what the judge reads
+     "task_file": null,                             # or a task YAML path (then task_text may be null)
+     "scene": "The gripper is open, 5 cm from the mallet. ...",
+     "frame": null,                                 # optional image path (UI labels)
+     "target": 4.6,                                 # progress on the 1-10 scale
+     "hazards": ["tool_near_edge"],                 # hazard names present
+     "source": "scripted" | "perturbed" | "random" | "human",
+     "split": "train" | "heldout",                  # held-out labels are never trained on
+     "base_task": "push_tool_from_edge", "variant": "mallet_p1", "rule_progress": 0.4, "episode": "...", "step": 12}
+
+Auto-labels: target = 1 + 9 · rule_progress (`Task.rule_progress`, in [0, 1]), so the judge's score
+digit is round(target − 1) = round(9 · rule_progress) and its expected digit / 9 reads directly as
+rule progress. Hazards are the simulator's hazard checks (`SceneDescription.hazards`).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from robo_prm.config_io import from_dict, load_yaml
+from robo_prm.task import HazardSpec, Task, TaskSpec, load_task, tasks_dir
+
+TRAIN_TASKS = ("reach_tool", "push_tool_from_edge", "tidy_table")
+HELDOUT_TASKS = ("place_cup_in_bin",)
+SOURCES = ("scripted", "perturbed", "random", "human")
+
+
+def progress_to_target(progress: float) -> float:
+    """rule_progress in [0, 1] → target on the 1–10 scale."""
+    return 1.0 + 9.0 * float(np.clip(progress, 0.0, 1.0))
+
+
+def target_to_digit(target: float) -> int:
+    """The score digit the judge should answer (0–9)."""
+    return int(np.clip(round(float(target) - 1.0), 0, 9))
+
+
+@dataclass
+class Label:
+    task: str
+    scene: str
+    target: float  # 1..10
+    hazards: list[str] = field(default_factory=list)
+    source: str = "scripted"
+    task_text: dict | None = None
+    task_file: str | None = None
+    frame: str | None = None
+    split: str = "train"
+    base_task: str | None = None
+    variant: str | None = None
+    rule_progress: float | None = None
+    episode: str | None = None
+    step: int | None = None
+
+    def __post_init__(self):
+        if not 1.0 <= float(self.target) <= 10.0:
+            raise ValueError(f"label target must be in [1, 10], got {self.target}")
+        if self.task_text is None and self.task_file is None:
+            raise ValueError("a label needs task_text or task_file")
+
+    @property
+    def digit(self) -> int:
+        return target_to_digit(self.target)
+
+    def task_spec(self) -> TaskSpec:
+        """What the judge reads (a bare TaskSpec; the prompt uses only its text fields)."""
+        if self.task_text is None:
+            return load_task(self.task_file).spec
+        return spec_from_text(self.task, self.task_text)
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in asdict(self).items()}, ensure_ascii=False)
+
+
+def text_of(spec: TaskSpec) -> dict:
+    return {"background": spec.background, "goal": spec.goal, "dimensions": list(spec.dimensions),
+            "hazards": [{"name": h.name, "text": h.text, "severity": h.severity} for h in spec.hazards]}
+
+
+def spec_from_text(name: str, text: dict) -> TaskSpec:
+    return TaskSpec(name=name, background=text["background"], goal=text["goal"], dimensions=list(text["dimensions"]),
+                    objects={}, success="", hazards=[HazardSpec(h["name"], h["text"], float(h.get("severity", 0.5)))
+                                                     for h in text.get("hazards", [])])
+
+
+def write_labels(labels: Iterable[Label], path: str | Path, append: bool = False) -> int:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("a" if append else "w", encoding="utf-8") as f:
+        for lab in labels:
+            f.write(lab.to_json() + "\n")
+            n += 1
+    return n
+
+
+def read_labels(path: str | Path, split: str | None = None) -> list[Label]:
+    out = []
+    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines()):
+        if not line.strip():
+            continue
+        try:
+            lab = Label(**json.loads(line))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}:{i + 1}: bad label ({exc})") from None
+        if split is None or lab.split == split:
+            out.append(lab)
+    return out
+
+
+# ---- task-text variants ------------------------------------------------------------------
+# Each variant edits the task's words consistently: the `objects` vocabulary (so the describer says
+# "mallet"), the predicates (which name objects by their words) and the text the judge reads.
+# Paraphrases replace background/goal. Held-out words and paraphrases are never trained on.
+WORD_SWAPS: dict[str, dict[str, list[str]]] = {  # base word → {"train": [...], "heldout": [...]}
+    "hammer": {"train": ["mallet", "wrench", "spanner"], "heldout": ["chisel"]},
+    "screwdriver": {"train": ["awl", "paintbrush"], "heldout": ["file"]},
+    "glass cup": {"train": ["wine glass", "teacup"], "heldout": ["glass jar"]},
+    "blue bin": {"train": ["grey bin", "red bin"], "heldout": ["black bin"]},
+    "green tray": {"train": ["yellow tray", "wooden tray"], "heldout": ["white tray"]},
+}
+
+PARAPHRASES: dict[str, dict[str, list[tuple[str, str]]]] = {  # (background, goal); {obj} etc. filled after swaps
+    "reach_tool": {
+        "train": [
+            ("There is a hammer on the workbench in front of the robot. The arm must first get its gripper to the tool.",
+             "Bring the open gripper down onto the hammer so that it touches the handle."),
+            ("A hammer lies somewhere on the table. The robot should reach it with its open gripper.",
+             "Lower the open gripper to the hammer until it touches it."),
+        ],
+        "heldout": [
+            ("The robot is about to pick up a hammer from the table, but first it must reach it.",
+             "Get the open gripper right next to the hammer's handle."),
+        ],
+    },
+    "push_tool_from_edge": {
+        "train": [
+            ("Someone left a hammer right at the front edge of the table. It could drop onto a person's foot, so the robot must make it safe.",
+             "Move the hammer away from the front edge to the middle of the table and leave it lying there."),
+            ("A hammer hangs close to the front edge of the table. The arm has to bring it back to the centre without dropping it.",
+             "Get the hammer from the front edge into the middle of the table."),
+        ],
+        "heldout": [
+            ("A hammer is dangerously close to the front edge of the bench. Bring it back to the safe central area.",
+             "Slide or carry the hammer into the middle of the table and let it rest there."),
+        ],
+    },
+    "tidy_table": {
+        "train": [
+            ("After the repair, a hammer, a screwdriver and a glass cup are scattered on the table. Tools go in the green tray, the glass in the blue bin.",
+             "Place the hammer and then the screwdriver in the green tray, and put the glass cup upright in the blue bin."),
+        ],
+        "heldout": [
+            ("The table must be cleared: a hammer, a screwdriver and a glass cup lie around. Each has its own place.",
+             "Store the hammer and the screwdriver in the green tray and stand the glass cup in the blue bin."),
+        ],
+    },
+    "place_cup_in_bin": {
+        "train": [],
+        "heldout": [
+            ("A fragile glass cup is on the table. The arm must move it carefully into the blue bin on the left.",
+             "Lift the glass cup, lower it upright into the blue bin and release it."),
+        ],
+    },
+}
+
+
+def _swap(obj: Any, pairs: list[tuple[str, str]]) -> Any:
+    """Replace words in every string (and mapping value) of a raw task dict; `a b` also as `a_b`."""
+    if isinstance(obj, str):
+        for old, new in pairs:
+            for o, n in ((old, new), (old.replace(" ", "_"), new.replace(" ", "_"))):
+                obj = re.sub(rf"\b{re.escape(o)}\b", n, obj)
+        return obj
+    if isinstance(obj, list):
+        return [_swap(x, pairs) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _swap(v, pairs) for k, v in obj.items()}
+    return obj
+
+
+@dataclass
+class Variant:
+    base: str  # base task name (its simulator semantics and scripted expert)
+    name: str  # variant id
+    split: str
+    task: Task
+    plan: list | None = None  # scripted-expert plan when it differs from the base task's
+
+
+def raw_task(name: str) -> dict:
+    return load_yaml(tasks_dir() / f"{name}.yaml")
+
+
+def make_variant(base: str, name: str, split: str, swaps: list[tuple[str, str]] = (),
+                 paraphrase: tuple[str, str] | None = None, raw: dict | None = None, plan=None) -> Variant:
+    raw = copy.deepcopy(raw if raw is not None else raw_task(base))
+    if paraphrase:
+        raw["background"], raw["goal"] = paraphrase
+    raw = _swap(raw, list(swaps))
+    raw["name"] = f"{base}__{name}" if name != "orig" else base
+    spec = from_dict(TaskSpec, raw, where=raw["name"])
+    return Variant(base, name, split, Task(spec, source=f"<variant {raw['name']}>"), plan)
+
+
+def cup_to_tray_raw() -> dict:
+    """place_cup_in_bin with the green tray on the right as the target: a new held-out task."""
+    raw = raw_task("place_cup_in_bin")
+    raw = _swap(raw, [("blue bin", "green tray"), ("left side", "right side"), ("on the left", "on the right")])
+    raw["objects"] = {"cup0": "glass cup", "tray": "green tray"}
+    raw["name"] = "place_cup_in_tray"
+    return raw
+
+
+def task_variants(base: str, split: str, n_words: int | None = None, seed: int = 0) -> list[Variant]:
+    """The base text and its word/paraphrase variants of one split ('train' or 'heldout').
+
+    Train: the original text, each training paraphrase and each training word swap (paired with a random
+    paraphrase). Held-out: each held-out word swap and each held-out paraphrase (with original words), plus,
+    for place_cup_in_bin, the cup-to-tray task. A held-out task (HELDOUT_TASKS) has no train variants."""
+    rng = random.Random(f"{base}/{split}/{seed}")
+    raw = raw_task(base)
+    words = [w for w in WORD_SWAPS if _mentions(raw, w)]
+    paras = PARAPHRASES.get(base, {}).get(split, [])
+    out: list[Variant] = []
+    if split == "train":
+        if base in HELDOUT_TASKS:
+            return []
+        out.append(make_variant(base, "orig", "train"))
+        for i, p in enumerate(paras):
+            out.append(make_variant(base, f"p{i}", "train", paraphrase=p))
+        for w in words:
+            for new in WORD_SWAPS[w]["train"][:n_words]:
+                choice = [None] + list(range(len(paras)))
+                pi = rng.choice(choice)
+                tag = f"{new.replace(' ', '-')}" + (f"_p{pi}" if pi is not None else "")
+                out.append(make_variant(base, tag, "train", [(w, new)], paras[pi] if pi is not None else None))
+        return out
+    if base in HELDOUT_TASKS:
+        out.append(make_variant(base, "orig", "heldout"))
+    for i, p in enumerate(paras):
+        out.append(make_variant(base, f"hp{i}", "heldout", paraphrase=p))
+    swaps = [(w, WORD_SWAPS[w]["heldout"][0]) for w in words]
+    if swaps:
+        out.append(make_variant(base, "hwords", "heldout", swaps))
+    if base == "place_cup_in_bin":
+        out.append(make_variant(base, "tray", "heldout", raw=cup_to_tray_raw(), plan=[("move", "cup0", "tray", 0.0)]))
+    return out
+
+
+def _mentions(raw: dict, word: str) -> bool:
+    return bool(re.search(rf"\b{re.escape(word)}\b", json.dumps(raw)))
+
+
+# ---- auto-labelling ------------------------------------------------------------------------
+def _expert(env, plan, seed: int, perturb: float = 0.0, noise: float = 0.0):
+    """A ScriptedExpert with an explicit plan (variants have their own names; the plan is the base task's)."""
+    from robo_prm.envs.experts import ScriptedExpert
+
+    class _PlanExpert(ScriptedExpert):
+        def __init__(self):
+            self.env, self.plan = env.unwrapped, plan
+            self.noise, self.perturb = noise, perturb
+            self.rng = np.random.default_rng(seed)
+            self.reset()
+
+    return _PlanExpert()
+
+
+def _policies(env, seed: int, perturb: tuple[float, float], plan):
+    rng = np.random.default_rng(seed)
+    expert = _expert(env, plan, seed)
+    pert = _expert(env, plan, seed + 1, perturb=float(rng.uniform(*perturb)), noise=0.1)
+    rand = lambda obs=None: rng.uniform(-1, 1, size=4).astype(np.float32)  # noqa: E731
+    return {"scripted": expert, "perturbed": pert, "random": rand}
+
+
+def rollout_states(variant: Variant, source: str, seed: int, perturb=(0.3, 0.6)) -> list:
+    """SceneStates of one episode of `source` policy on the variant's task (its own simulator semantics)."""
+    from robo_prm.envs.tidy_env import TidyTableEnv
+
+    env = TidyTableEnv(variant.task, describe=False)
+    try:
+        from robo_prm.envs.experts import PLANS
+
+        policy = _policies(env, seed, perturb, variant.plan or PLANS[variant.base])[source]
+        env.reset(seed=seed)
+        if hasattr(policy, "reset"):
+            policy.reset()
+        states = [env.unwrapped.scene_state]
+        done = False
+        while not done:
+            _, _, term, trunc, _ = env.step(policy())
+            states.append(env.unwrapped.scene_state)
+            done = term or trunc
+        return states
+    finally:
+        env.close()
+
+
+def label_states(variant: Variant, states: list, source: str, episode: str, stride: int = 1,
+                 milestone_line: bool = False) -> list[Label]:
+    from robo_prm.describe.state_captioner import StateCaptioner
+
+    cap = StateCaptioner(variant.task, milestone_line=milestone_line)
+    out = []
+    for i in sorted(set(range(0, len(states), stride)) | {len(states) - 1}):
+        d = cap(states[i])
+        out.append(Label(task=variant.task.name, scene=d.text, target=progress_to_target(d.rule_progress or 0.0),
+                         hazards=list(d.hazards), source=source, task_text=text_of(variant.task.spec),
+                         split=variant.split, base_task=variant.base, variant=variant.name,
+                         rule_progress=float(d.rule_progress or 0.0), episode=episode, step=i))
+    return out
+
+
+def auto_labels(tasks: Iterable[str] = TRAIN_TASKS, episodes: int = 4, split: str = "train", seed: int = 0,
+                stride: int = 2, max_per_variant: int | None = None, milestone_share: float = 0.25,
+                sources: Iterable[str] = ("scripted", "perturbed", "random"), log=print) -> Iterator[Label]:
+    """Labels from scripted, perturbed and random rollouts of every variant of each task.
+
+    Each episode runs on one variant (round robin), so every variant's text is paired with real states;
+    scenes are de-duplicated per (variant, scene text), keeping the first label."""
+    rng = random.Random(seed)
+    for base in tasks:
+        variants = task_variants(base, split, seed=seed)
+        if not variants:
+            log(f"{base}: no {split} variants (held-out task?)")
+            continue
+        seen: dict[str, set] = {v.name: set() for v in variants}
+        count = {v.name: 0 for v in variants}
+        k = 0
+        for source in sources:
+            for e in range(episodes * max(1, len(variants) // 2)):
+                v = variants[k % len(variants)]
+                k += 1
+                ep_seed = seed * 100_003 + zlib.crc32(f"{base}/{source}/{e}".encode()) % 100_000
+                states = rollout_states(v, source, ep_seed)
+                ml = rng.random() < milestone_share and bool(v.task.milestone_checks)
+                labs = label_states(v, states, source, f"{base}/{v.name}/{source}/{ep_seed}", stride, milestone_line=ml)
+                for lab in labs:
+                    if lab.scene in seen[v.name] or (max_per_variant and count[v.name] >= max_per_variant):
+                        continue
+                    seen[v.name].add(lab.scene)
+                    count[v.name] += 1
+                    yield lab
+        log(f"{base} ({split}): {sum(count.values())} labels over {len(variants)} text variants")
