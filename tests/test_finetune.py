@@ -1,0 +1,263 @@
+"""Fine-tuning the judge: labels, LoRA on a tiny in-process model, calibration, distillation,
+GGUF merge arithmetic, evaluation and the labelling page. Everything here is small and fast."""
+from __future__ import annotations
+
+import json
+import threading
+import urllib.parse
+import urllib.request
+
+import numpy as np
+import pytest
+import torch
+
+from robo_prm.finetune.calibrate import ece, fit_calibrator, isotonic_fit, save_calibrator
+from robo_prm.finetune.labels import (WORD_SWAPS, Label, label_states, progress_to_target, read_labels, rollout_states,
+                                      target_to_digit, task_variants, text_of, write_labels)
+from robo_prm.judge.scoring import Calibrator
+from robo_prm.task import load_task
+
+SMOL_TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                 "{{ '<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n' }}{% endif %}"
+                 "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A 2-layer Llama with a byte-level tokenizer and a ChatML template (as in test_judge.py)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    vocab = {s: i for i, s in enumerate(specials)}
+    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[ch] = len(vocab)
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens(specials)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>", eos_token="<|im_end|>",
+                                  pad_token="<|endoftext|>")
+    tok.chat_template = SMOL_TEMPLATE
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      bos_token_id=0, eos_token_id=2, pad_token_id=0)
+    folder = tmp_path_factory.mktemp("tiny_llama")
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+def _labels(n=6):
+    task = load_task("push_tool_from_edge")
+    text = text_of(task.spec)
+    scenes = ["The gripper is open, far from the hammer. The hammer lies 3 cm from the front edge of the table.",
+              "The gripper is closed around the hammer. The hammer is held 5 cm above the table.",
+              "The gripper is open, 5 cm from the hammer. The hammer lies in the middle of the table."]
+    return [Label(task=task.name, scene=scenes[i % 3], target=[1.0, 5.5, 10.0][i % 3],
+                  hazards=["tool_near_edge"] if i % 3 == 0 else [], task_text=text, base_task=task.name)
+            for i in range(n)]
+
+
+# ---- labels -------------------------------------------------------------------------------
+def test_label_round_trip(tmp_path):
+    labs = _labels(3) + [Label(task="reach_tool", scene="x", target=3.0, task_file="reach_tool", frame="f.png",
+                               source="human", split="heldout")]
+    write_labels(labs, tmp_path / "l.jsonl")
+    back = read_labels(tmp_path / "l.jsonl")
+    assert back == labs
+    assert read_labels(tmp_path / "l.jsonl", split="heldout") == labs[-1:]
+    assert back[-1].task_spec().goal == load_task("reach_tool").spec.goal
+    assert back[0].task_spec().hazards[0].name == "tool_near_edge"
+    assert [target_to_digit(progress_to_target(p)) for p in (0.0, 0.5, 1.0)] == [0, 4, 9]  # round(4.5) → 4 (banker's)
+    with pytest.raises(ValueError):
+        Label(task="t", scene="s", target=11.0, task_file="reach_tool")
+    (tmp_path / "bad.jsonl").write_text('{"task": "t"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        read_labels(tmp_path / "bad.jsonl")
+
+
+@pytest.mark.parametrize("base", ["reach_tool", "push_tool_from_edge"])
+def test_auto_labels_rise_along_scripted_episodes(base):
+    from scipy.stats import spearmanr
+
+    v = task_variants(base, "train")[-1]  # a word-swapped variant: its own words, same simulator semantics
+    states = rollout_states(v, "scripted", seed=3)
+    labs = label_states(v, states, "scripted", "ep", stride=1)
+    targets = [lab.target for lab in labs]
+    assert targets[-1] == 10.0 and targets[0] < 5.0
+    assert spearmanr(np.arange(len(targets)), targets).statistic > 0.7
+    word = v.task.word("tool0")
+    assert word != "hammer" and word in labs[0].scene and word in labs[0].task_text["goal"]
+
+
+def test_heldout_text_never_in_training_variants():
+    for base in ("reach_tool", "push_tool_from_edge", "tidy_table"):
+        train = json.dumps([text_of(v.task.spec) for v in task_variants(base, "train")])
+        held = task_variants(base, "heldout")
+        assert held and all(v.split == "heldout" for v in held)
+        for swaps in WORD_SWAPS.values():
+            for w in swaps["heldout"]:
+                assert f" {w} " not in train
+        for v in held:
+            assert v.task.spec.goal not in train
+    assert task_variants("place_cup_in_bin", "train") == []
+    tray = [v for v in task_variants("place_cup_in_bin", "heldout") if v.name == "tray"][0]
+    assert "green tray" in tray.task.spec.goal and tray.task.words == {"cup0": "glass cup", "tray": "green tray"}
+
+
+# ---- LoRA -----------------------------------------------------------------------------------
+def test_lora_prefix_cache_matches_full_prompt_and_a_step_changes_scores(tiny_model):
+    from robo_prm.finetune.lora import LoraTrainConfig, LoraTrainer, _Scene, soft_target
+    from robo_prm.judge.prompt import scene_text
+
+    q = soft_target(5.5, 0.6)
+    assert q.sum() == pytest.approx(1.0) and np.dot(q, np.arange(10)) == pytest.approx(4.5, abs=1e-6)
+    labs = _labels(6)
+    tr = LoraTrainer(LoraTrainConfig(model=tiny_model, lr=5e-2, threads=1))
+    spec = labs[0].task_spec()
+    before = tr.backend.score(spec, [_Scene(lab.scene) for lab in labs[:3]], hazards=[], explain=False)
+    info = tr.train(labs, log_every=1, echo=lambda *_: None)
+    assert info["steps"] == 1 and np.isfinite(info["final_loss"])
+    after = tr.backend.score(spec, [_Scene(lab.scene) for lab in labs[:3]], hazards=[], explain=False)
+    assert max(np.abs(a.digits - b.digits).max() for a, b in zip(before, after)) > 1e-4
+    # the shared-prefix training pass computes the same next-token distribution as the whole prompt
+    _, prefix, tail, _, _ = tr.backend._task(spec)
+    rows = [tr.backend.tokenize(scene_text(_Scene(lab.scene))) + tail for lab in labs[:3]]
+    with torch.no_grad():
+        lp = tr.answer_logprobs(prefix, rows)
+        for i, r in enumerate(rows):
+            full = torch.log_softmax(tr.model(input_ids=torch.tensor([prefix + r])).logits[0, -1], -1)
+            assert torch.allclose(full, lp[i], atol=1e-4)
+
+
+def test_lora_delta_and_gguf_permutation_match_peft_and_transformers(tiny_model, tmp_path):
+    peft = pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
+
+    from robo_prm.finetune.merge import lora_deltas, merge_tensor, permute_rows
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    w0 = {n: p.detach().clone() for n, p in base.named_parameters()}
+    torch.manual_seed(1)
+    lora = peft.get_peft_model(base, peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"],
+                                                     init_lora_weights=False))
+    lora.save_pretrained(tmp_path / "adapter")
+    merged = lora.merge_and_unload()
+    deltas = lora_deltas(tmp_path / "adapter")
+    assert set(deltas) == {(i, m) for i in range(2) for m in ("q_proj", "v_proj")}
+    for (layer, mod), d in deltas.items():
+        name = f"model.layers.{layer}.self_attn.{mod}.weight"
+        assert np.allclose(d, (dict(merged.named_parameters())[name] - w0[name]).detach().numpy(), atol=1e-5)
+    # GGUF stores q rows permuted; transformers' loader undoes it, so merge-then-unpermute = unpermute-then-merge
+    rng = np.random.default_rng(0)
+    g, d = rng.normal(size=(32, 32)).astype(np.float32), rng.normal(size=(32, 32)).astype(np.float32)
+    unperm = LlamaTensorProcessor.__new__(LlamaTensorProcessor)._reverse_permute_weights
+    assert np.allclose(unperm(permute_rows(g, 4), 4), g)
+    assert np.allclose(unperm(merge_tensor(g, d, "q_proj", 4, 2), 4), unperm(g, 4) + d, atol=1e-5)
+    kv, dkv = rng.normal(size=(2, 16, 32)).astype(np.float32)
+    assert np.allclose(unperm(merge_tensor(kv, dkv, "k_proj", 4, 2), 4, 2), unperm(kv, 4, 2) + dkv, atol=1e-5)
+    assert np.allclose(merge_tensor(g, d, "v_proj", 4, 2), g + d)
+
+
+# ---- calibration ----------------------------------------------------------------------------
+def test_isotonic_calibrator_is_monotone_in_range_and_lowers_ece(tmp_path):
+    rng = np.random.default_rng(0)
+    truth = rng.random(400)
+    raw = np.clip(0.2 + 0.3 * truth ** 2 + rng.normal(0, 0.03, 400), 0, 1)  # squashed, biased
+    bx, by = isotonic_fit(raw, truth)
+    assert np.all(np.diff(by) >= -1e-12)
+    cal = fit_calibrator(raw, truth)
+    grid = [cal(x) for x in np.linspace(-0.5, 1.5, 101)]
+    assert np.all(np.diff(grid) >= -1e-12) and min(grid) >= 0 and max(grid) <= 1
+    assert ece([cal(x) for x in raw], truth) < 0.5 * ece(raw, truth)
+    save_calibrator(cal, tmp_path / "cal.json", {"ece": 0.1})
+    assert Calibrator.load(tmp_path / "cal.json") == cal
+
+
+# ---- distillation -----------------------------------------------------------------------------
+def _hash_embed(texts):
+    out = []
+    for t in texts:
+        v = np.zeros(16, np.float32)
+        for w in t.lower().split():
+            v[hash(w) % 16] += 1.0
+        out.append(v / (np.linalg.norm(v) or 1.0))
+    return np.stack(out)
+
+
+def test_distilled_model_save_load_and_backend(tmp_path):
+    from robo_prm.finetune.distill import DistilledBackend, DistilledModel, Embedder, distill
+    from robo_prm.judge import ConfidentJudge, JudgeConfig
+    from robo_prm.types import SceneDescription
+
+    labs = _labels(6)
+    m = distill([lab.scene for lab in labs], [lab.task_text["goal"] for lab in labs], [0.0, 0.5, 1.0] * 2,
+                tmp_path / "d", embed=Embedder(_hash_embed), holdout=0.0)
+    assert m["n_train"] == 6
+    model = DistilledModel.load(tmp_path / "d")
+    backend = DistilledBackend(tmp_path / "d", embed=Embedder(_hash_embed))
+    judge = ConfidentJudge(backend, JudgeConfig(confidence_threshold=0.0))
+    scenes = [SceneDescription(text=lab.scene, facts=()) for lab in labs[:3]]
+    out = judge.judge(labs[0].task_spec(), scenes)
+    from robo_prm.finetune.distill import features
+
+    direct = model.predict(features(Embedder(_hash_embed), [s.text for s in scenes], [labs[0].task_text["goal"]] * 3))
+    assert [j.progress for j in out] == pytest.approx(list(direct), abs=1e-6)
+    assert out[0].progress < out[2].progress
+
+
+# ---- evaluation --------------------------------------------------------------------------------
+def test_evaluate_judge_on_tiny_data():
+    from robo_prm.finetune.distill import Embedder
+    from robo_prm.finetune.evaluate import CosineJudge, evaluate, heldout_episodes, markdown
+    from robo_prm.judge import JudgeConfig, make_judge
+
+    v = task_variants("reach_tool", "heldout")[:1]
+    eps = heldout_episodes(variants=v, n_success=1, n_random=1, max_states=5)
+    assert [e.kind for e in eps] == ["success", "random"] and all(len(e.scenes) <= 5 for e in eps)
+    assert all("Milestones" not in s.text for e in eps for s in e.scenes)
+    rows = evaluate({"rules": (make_judge(JudgeConfig(backend="rules")), None, True),
+                     "cos": (CosineJudge(Embedder(_hash_embed)), None, False)}, eps, echo=lambda *_: None)
+    rules = [r for r in rows if r["judge"] == "rules" and r["task"] == "all"][0]
+    assert rules["ece"] == pytest.approx(0.0) and rules["voc_success"] > 0.5 and rules["states"] == sum(len(e.scenes) for e in eps)
+    assert "| rules |" in markdown(rows) and "| cos |" in markdown(rows)
+
+
+def test_cli_has_finetune_commands():
+    from robo_prm.cli import build_parser
+
+    p = build_parser()
+    for argv in (["label", "auto", "--out", "x.jsonl"], ["finetune", "--labels", "l", "--out", "o"],
+                 ["distill", "--labels", "l", "--out", "o"], ["evaluate-judge"]):
+        args, _ = p.parse_known_args(argv)
+        assert callable(args.func)
+
+
+# ---- labelling page ------------------------------------------------------------------------------
+def test_label_ui_records_a_label(tmp_path):
+    from robo_prm.finetune.ui import LabelSession, make_server
+
+    png = tmp_path / "f.png"
+    png.write_bytes(b"\x89PNG fake")
+    queue = _labels(2)
+    queue[0].frame = str(png)
+    session = LabelSession(queue, tmp_path / "human.jsonl")
+    server = make_server(session, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        page = urllib.request.urlopen(base + "/?i=0").read().decode()
+        assert "Scene 1 of 2" in page and "tool_near_edge" in page and "/frame?i=0" in page
+        assert urllib.request.urlopen(base + "/frame?i=0").read() == png.read_bytes()
+        body = urllib.parse.urlencode({"i": 0, "score": 7, "hazard": "tool_near_edge"}).encode()
+        resp = urllib.request.urlopen(base + "/label", data=body)
+        assert "Scene 2 of 2" in resp.read().decode()  # redirected to the next scene
+    finally:
+        server.shutdown()
+        server.server_close()
+    [lab] = read_labels(tmp_path / "human.jsonl")
+    assert lab.target == 7.0 and lab.hazards == ["tool_near_edge"] and lab.source == "human" and lab.frame == str(png)
