@@ -262,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--size", type=int, default=480, help="render: frame size in pixels")
     k.set_defaults(func=cmd_tasks)
+    from robo_prm.finetune.cli import add_finetune_commands
+    add_finetune_commands(sub)
     return p
 
 

@@ -162,7 +162,7 @@ class LoraTrainer:
         """log softmax of the next token after prefix + each row; the prefix is evaluated once."""
         torch = self.torch
         n, lp = len(rows), len(prefix)
-        out = self.model(input_ids=torch.tensor([prefix]), use_cache=True)
+        out = self.model(input_ids=torch.tensor([prefix]), use_cache=True, logits_to_keep=1)
         cache = out.past_key_values
         cache.batch_repeat_interleave(n)
         width = max(len(r) for r in rows)
@@ -173,9 +173,12 @@ class LoraTrainer:
             ids[i, :len(r)] = torch.tensor(r)
             mask[i, lp:lp + len(r)] = 1
         pos = (lp + torch.arange(width)).unsqueeze(0).expand(n, -1)
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache).logits
+        # the decoder body, then the LM head only at each row's last real position (the head is 49k wide)
+        causal = self.model.get_base_model()
+        hidden = causal.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache).last_hidden_state
         last = torch.tensor([len(r) - 1 for r in rows])
-        return torch.log_softmax(logits[torch.arange(n), last].float(), dim=-1)
+        logits = causal.lm_head(hidden[torch.arange(n), last])
+        return torch.log_softmax(logits.float(), dim=-1)
 
     # ---- training --------------------------------------------------------------------
     def batches(self, labels: Sequence[Label], rng: random.Random) -> list[list[Label]]:
@@ -211,7 +214,7 @@ class LoraTrainer:
             torch.nn.utils.clip_grad_norm_(self.params, 1.0)
             self.opt.step()
             sched.step()
-            run.append(float(loss))
+            run.append(float(loss.detach()))
             elapsed = time.perf_counter() - t0
             if step % log_every == 0 or step == total:
                 rec = {"step": step, "of": total, "loss": float(np.mean(run[-log_every:])), "s": round(elapsed, 1),

@@ -1,0 +1,65 @@
+"""Calibration of the judge's progress: an isotonic (monotone) map from raw to target progress, saved
+in `robo_prm.judge.scoring.Calibrator`'s JSON format, and expected calibration error (ECE)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from robo_prm.judge.scoring import Calibrator
+
+
+def isotonic_fit(x: Sequence[float], y: Sequence[float], w: Sequence[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Pool-adjacent-violators: the non-decreasing step fit of y on x. Returns (block x means, block y means)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    w = np.ones_like(y) if w is None else np.asarray(w, float)
+    order = np.argsort(x, kind="stable")
+    x, y, w = x[order], y[order], w[order]
+    vals, wts, xs = [], [], []  # blocks: mean y, weight, weighted sum of x
+    for xi, yi, wi in zip(x, y, w):
+        vals.append(yi)
+        wts.append(wi)
+        xs.append(xi * wi)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            v2, w2, x2 = vals.pop(), wts.pop(), xs.pop()
+            tot = wts[-1] + w2
+            vals[-1] = (vals[-1] * wts[-1] + v2 * w2) / tot
+            xs[-1] += x2
+            wts[-1] = tot
+    return np.array(xs) / np.array(wts), np.array(vals)
+
+
+def fit_calibrator(raw: Sequence[float], target: Sequence[float]) -> Calibrator:
+    """Isotonic map raw progress → target progress (both in [0, 1]), as a piecewise-linear Calibrator
+    through the blocks' centres, extended flat to 0 and 1."""
+    bx, by = isotonic_fit(raw, target)
+    bx, by = list(np.clip(bx, 0, 1)), list(np.clip(by, 0, 1))
+    if bx[0] > 0.0:
+        bx, by = [0.0] + bx, [by[0]] + by
+    if bx[-1] < 1.0:
+        bx, by = bx + [1.0], by + [by[-1]]
+    keep = [0] + [i for i in range(1, len(bx)) if bx[i] > bx[i - 1]]  # strictly increasing x for interp
+    return Calibrator(tuple(float(bx[i]) for i in keep), tuple(float(by[i]) for i in keep))
+
+
+def save_calibrator(cal: Calibrator, path: str | Path, info: dict | None = None) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"x": list(cal.x), "y": list(cal.y), **(info or {})}, indent=1))
+    return path
+
+
+def ece(pred: Sequence[float], target: Sequence[float], bins: int = 10) -> float:
+    """Expected calibration error of progress: Σ_bins (n_b/N) · |mean pred − mean target|, equal-width bins on pred."""
+    p, t = np.clip(np.asarray(pred, float), 0, 1), np.asarray(target, float)
+    if len(p) == 0:
+        return float("nan")
+    idx = np.minimum((p * bins).astype(int), bins - 1)
+    err = 0.0
+    for b in range(bins):
+        m = idx == b
+        if m.any():
+            err += m.sum() / len(p) * abs(p[m].mean() - t[m].mean())
+    return float(err)
