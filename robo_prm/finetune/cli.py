@@ -85,7 +85,7 @@ def cmd_finetune(args, extra) -> int:
         cfg = LoraTrainConfig(model=args.model, r=args.r, alpha=args.alpha, targets=_csv(args.targets), lr=args.lr,
                               epochs=args.epochs, batch_size=args.batch_size, max_labels=args.max_labels,
                               threads=args.threads, max_minutes=args.max_minutes, seed=args.seed,
-                              hazard_weight=args.hazard_weight)
+                              hazard_weight=args.hazard_weight, resume=args.resume)
         finetune(args.labels, out, cfg)
     if args.calibrate:
         calibrate_adapter(args.labels, out, threads=args.threads)
@@ -100,8 +100,10 @@ def calibrate_adapter(labels_path, adapter_dir, threads: int = 1, echo=print) ->
     from robo_prm.finetune.labels import read_labels
     from robo_prm.judge import make_judge
 
+    import dataclasses
+
     labels = read_labels(labels_path, split="heldout")
-    judge = make_judge(lora_judge_config(str(adapter_dir), threads=threads))
+    judge = make_judge(dataclasses.replace(lora_judge_config(str(adapter_dir), threads=threads), hazards_from="rules"))
     t0 = time.perf_counter()
     raw = np.array([j.progress for j in judge_labels(judge, labels)])
     judge.close()
@@ -249,6 +251,7 @@ def add_finetune_commands(sub) -> None:
     ft.add_argument("--max-minutes", type=float, default=20.0)
     ft.add_argument("--seed", type=int, default=0)
     ft.add_argument("--calibrate", action="store_true", help="fit OUT/calibrator.json on the held-out labels")
+    ft.add_argument("--resume", help="continue training this adapter folder")
     ft.add_argument("--skip-train", action="store_true", help="only calibrate an existing adapter")
     ft.set_defaults(func=cmd_finetune)
 

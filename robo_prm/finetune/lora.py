@@ -53,6 +53,7 @@ class LoraTrainConfig:
     threads: int = 1
     seed: int = 0
     max_minutes: float = 20.0  # stop (and save) after this much training wall time
+    resume: str | None = None  # continue training this adapter folder (its r/alpha/targets win)
 
 
 def soft_target(target: float, sigma: float) -> np.ndarray:
@@ -113,7 +114,12 @@ class LoraTrainer:
         self.backend = backend or TransformersBackend(JudgeConfig(backend="transformers", model=cfg.model))
         lcfg = LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=list(cfg.targets),
                           bias="none", task_type="CAUSAL_LM")
-        self.model = get_peft_model(self.backend.model, lcfg)
+        if cfg.resume:
+            from peft import PeftModel
+
+            self.model = PeftModel.from_pretrained(self.backend.model, cfg.resume, is_trainable=True)
+        else:
+            self.model = get_peft_model(self.backend.model, lcfg)
         self.backend.model = self.model  # the backend now scores with the adapter (for evaluation)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=0.0)
