@@ -1,0 +1,42 @@
+"""SB3 SAC and PPO train on the blended reward through the Python API; the default judge is the real bundled LLM."""
+import json
+
+import numpy as np
+import pytest
+
+from robo_prm.config import load_train_config
+from robo_prm.train import train
+
+
+def _cfg(tmp_path, **over):
+    base = {"task": "reach_tool", "steps": 300, "runs_dir": str(tmp_path), "run_name": "t", "progress_bar": False,
+            "record.every_episodes": 0, "eval.every_steps": 0, "eval.episodes": 1, "eval.record": 0,
+            "checkpoint_every": 0, "judge.n_threads": 1, "sac.learning_starts": 100}
+    base.update(over)
+    return load_train_config(None, base)
+
+
+def test_sac_trains_a_few_hundred_steps_with_the_real_default_judge(tmp_path):
+    pytest.importorskip("llama_cpp")
+    cfg = _cfg(tmp_path)
+    assert cfg.judge.backend == "llamacpp" and cfg.judge.model is None  # the embedded default: bundled SmolLM2
+    run = train(cfg)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == 300
+    judge = summary["judge"]
+    assert judge["judge_calls"] >= 300 / cfg.reward.judge_every  # every 4th step, plus episode ends
+    assert judge["judge_errors"] == 0 and judge["nan_rewards"] == 0
+    assert 0.0 <= judge["judge_fallback_rate"] <= 1.0
+
+
+def test_ppo_trains_on_two_envs_with_the_rules_judge(tmp_path):
+    cfg = _cfg(tmp_path, algo="ppo", n_envs=2, **{"judge.backend": "rules", "ppo.n_steps": 64, "ppo.batch_size": 32})
+    run = train(cfg)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] >= 300 and summary["judge"]["nan_rewards"] == 0
+
+
+@pytest.mark.parametrize("source", ["env", "dense"])
+def test_baseline_rewards_train_without_a_judge(tmp_path, source):
+    run = train(_cfg(tmp_path, reward_source=source, steps=200))
+    assert "judge" not in json.loads((run / "summary.json").read_text())
