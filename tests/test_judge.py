@@ -407,7 +407,7 @@ def test_transformers_backend_with_lora_adapter_and_calibrator(task, tiny_model,
 @pytest.fixture(scope="module")
 def bundled():
     pytest.importorskip("llama_cpp")
-    j = make_judge(JudgeConfig(n_threads=1, confidence_threshold=0.0, hazards_from="union"))
+    j = make_judge(JudgeConfig(n_threads=1, confidence_threshold=0.0, hazards_from="union", finetuned=False))
     yield j
     j.close()
 
@@ -460,10 +460,22 @@ def test_transformers_on_the_bundled_gguf_agrees_with_llamacpp(task, bundled):
     """One prompt for every backend: the same model read by two backends gives close answers
     (llama.cpp runs Q4_1 weights with 8-bit activations, transformers the fp32 dequantised ones)."""
     pytest.importorskip("gguf")
-    hf = make_judge(JudgeConfig(backend="transformers", confidence_threshold=0.0))
+    hf = make_judge(JudgeConfig(backend="transformers", confidence_threshold=0.0, finetuned=False))
     a = hf.backend.score(task, SCENES, hazards=ALL_HAZARDS, explain=False)
     b = bundled.backend.score(task, SCENES, hazards=ALL_HAZARDS, explain=False)
     for x, y in zip(a, b):
         assert np.abs(x.digits - y.digits).max() < 0.05 and abs(x.digit_mass - y.digit_mass) < 0.05
         assert all(abs(x.hazards[k] - y.hazards[k]) < 0.05 for k in y.hazards)
     hf.close()
+
+
+def test_default_judge_is_the_shipped_fine_tuned_one(tmp_path, monkeypatch):
+    from robo_prm.judge import resolve_finetuned
+
+    monkeypatch.setenv("ROBO_PRM_CACHE", str(tmp_path))
+    cfg = resolve_finetuned(JudgeConfig())
+    assert cfg.model.endswith(".gguf") and "lora" in cfg.model and cfg.transformers.calibrator.endswith("judge_calibrator.json")
+    assert resolve_finetuned(JudgeConfig(finetuned=False)).model is None  # the zero-shot bundled model
+    assert resolve_finetuned(JudgeConfig(model="/my/model.gguf")).model == "/my/model.gguf"
+    hf = resolve_finetuned(JudgeConfig(backend="transformers"))
+    assert hf.model is None and hf.transformers.adapter.endswith("judge_lora")

