@@ -12,7 +12,9 @@ For each shipped task:
   hazards never fire in these episodes report n/a.
 Judges: `rules` (the simulator's own milestone progress: an upper reference, not a model),
 `llm-zero-shot` (the bundled SmolLM2 via llama.cpp, confidence threshold 0 so its own answer
-is always used, hazards asked of the LLM for every hazard: hazards_from=llm).
+is always used, hazards asked of the LLM for every hazard: hazards_from=llm), and `llm-finetuned`
+(the same with the shipped LoRA judge, the default; note place_cup_in_bin was held out of its
+labels, the other tasks' texts were trained on — docs/FINETUNE.md has the strictly held-out table).
 Writes benchmarks/results/judge_quality.json and prints a markdown table.
 """
 from __future__ import annotations
@@ -37,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "judge_quality.json"
 JUDGES = {
     "rules": JudgeConfig(backend="rules"),
-    "llm-zero-shot": JudgeConfig(confidence_threshold=0.0, hazards_from="llm", n_threads=2),
+    "llm-zero-shot": JudgeConfig(confidence_threshold=0.0, hazards_from="llm", n_threads=2, finetuned=False),
+    "llm-finetuned": JudgeConfig(confidence_threshold=0.0, hazards_from="llm", n_threads=2),
 }
 
 

@@ -64,9 +64,10 @@ def cmd_train(args, extra: list[str]) -> int:
         config = args.config or _task_train_config(overrides.get("task"), overrides.get("algo"))
         cfg = load_train_config(config, overrides)
         from robo_prm.task import load_task
+        from robo_prm.train.run import sync_gamma
 
         load_task(cfg.task)
-        print(config_to_yaml(cfg), end="")
+        print(config_to_yaml(sync_gamma(cfg)), end="")
         run_dir = train(cfg)
     summary = json.loads((run_dir / "summary.json").read_text())
     print(json.dumps(summary, indent=1))

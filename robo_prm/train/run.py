@@ -78,12 +78,18 @@ def _seed_everything(seed: int):
     torch.manual_seed(seed)
 
 
+def sync_gamma(cfg: TrainConfig) -> TrainConfig:
+    """Potential shaping must discount like the learner: reward.gamma := the algorithm's gamma."""
+    algo_gamma = {**DEFAULTS[cfg.algo], **(cfg.sac if cfg.algo == "sac" else cfg.ppo)}.get("gamma")
+    if algo_gamma is not None:
+        cfg.reward.gamma = float(algo_gamma)
+    return cfg
+
+
 def _build(cfg: TrainConfig, run_dir: Path):
     torch.set_num_threads(cfg.torch_threads)
     task = load_task(cfg.task)
-    algo_gamma = {**DEFAULTS[cfg.algo], **(cfg.sac if cfg.algo == "sac" else cfg.ppo)}.get("gamma")
-    if algo_gamma is not None:
-        cfg.reward.gamma = float(algo_gamma)  # potential shaping must discount like the learner
+    sync_gamma(cfg)
     venv = make_vec_env(task, cfg)
     return task, venv
 
