@@ -20,3 +20,46 @@ def make_env():
     yield _make
     for env in made:
         env.close()
+
+
+SMOL_TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                 "{{ '<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n' }}{% endif %}"
+                 "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    """(folder, flat folder, vocab size): a 2-layer Llama with a byte-level tokenizer (so " 7" is
+    " ", "7") and SmolLM2's ChatML template; in the flat copy the final norm is zeroed, so every
+    logit is 0."""
+    pytest.importorskip("transformers")
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    vocab = {s: i for i, s in enumerate(specials)}
+    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[ch] = len(vocab)
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens(specials)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>", eos_token="<|im_end|>",
+                                  pad_token="<|endoftext|>")
+    tok.chat_template = SMOL_TEMPLATE
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      bos_token_id=0, eos_token_id=2, pad_token_id=0)
+    model = LlamaForCausalLM(cfg)
+    folder = tmp_path_factory.mktemp("tiny_llama")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    flat = tmp_path_factory.mktemp("tiny_llama_flat")
+    with torch.no_grad():
+        model.model.norm.weight.zero_()
+    model.save_pretrained(flat)
+    tok.save_pretrained(flat)
+    return str(folder), str(flat), len(vocab)

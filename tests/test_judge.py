@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import SMOL_TEMPLATE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -156,10 +157,6 @@ def test_parser_reason_and_hazards():
 
 
 # ---- prompts -----------------------------------------------------------------------------
-SMOL_TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-                 "{{ '<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n' }}{% endif %}"
-                 "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
-                 "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 
 @pytest.mark.parametrize("name", shipped_tasks())
@@ -316,37 +313,8 @@ def test_config_defaults_are_the_product_defaults():
 
 # ---- transformers backend on a tiny in-process model ------------------------------------
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    """A 2-layer Llama with a byte-level tokenizer (so " 7" is " ", "7") and a ChatML template."""
-    pytest.importorskip("transformers")
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    vocab = {s: i for i, s in enumerate(specials)}
-    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
-        vocab[ch] = len(vocab)
-    tk = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tk.add_special_tokens(specials)
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>", eos_token="<|im_end|>",
-                                  pad_token="<|endoftext|>")
-    tok.chat_template = SMOL_TEMPLATE
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                      bos_token_id=0, eos_token_id=2, pad_token_id=0)
-    model = LlamaForCausalLM(cfg)
-    folder = tmp_path_factory.mktemp("tiny_llama")
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    flat = tmp_path_factory.mktemp("tiny_llama_flat")  # final norm zeroed: every logit is 0
-    with torch.no_grad():
-        model.model.norm.weight.zero_()
-    model.save_pretrained(flat)
-    tok.save_pretrained(flat)
-    return str(folder), str(flat), len(vocab)
+def tiny_model(tiny_llama):
+    return tiny_llama
 
 
 def test_transformers_backend_expected_score_on_flat_model(task, tiny_model):
