@@ -24,7 +24,9 @@ def test_sac_trains_a_few_hundred_steps_with_the_real_default_judge(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == 300
     judge = summary["judge"]
-    assert judge["judge_calls"] >= 300 / cfg.reward.judge_every  # every 4th step, plus episode ends
+    judged = judge["cache_hits_exact"] + judge["cache_hits_nn"] + judge["cache_misses"]
+    assert judged >= 300 / cfg.reward.judge_every  # every 4th step, plus episode ends
+    assert judge["judge_calls"] >= 1 and judge["judge_calls"] == judge["cache_misses"]  # the LLM answers what the cache cannot
     assert judge["judge_errors"] == 0 and judge["nan_rewards"] == 0
     assert 0.0 <= judge["judge_fallback_rate"] <= 1.0
 
