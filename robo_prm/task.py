@@ -66,6 +66,17 @@ def count_sentences(text: str) -> int:
     return len([s for s in _SENTENCE_END.split(text.strip()) if s.strip()])
 
 
+@dataclass(frozen=True)
+class TaskStatus:
+    """Every check of a task evaluated once on one state (the env, describer and rules judge share it)."""
+
+    success: bool
+    milestones: tuple[bool, ...]
+    hazards: tuple[str, ...]  # names of the hazard checks that hold
+    reached: int  # cumulative milestone count: 1 + index of the last milestone that holds
+    rule_progress: float  # the simulator's progress in [0, 1]
+
+
 class Task:
     """A validated task with its predicates compiled."""
 
@@ -169,6 +180,13 @@ class Task:
     def word(self, sim: str) -> str:
         return self.words.get(sim, sim.replace("_", " "))
 
+    def status(self, state: SceneState) -> TaskStatus:
+        success = self.is_success(state)
+        milestones = tuple(check(state) for check in self.milestone_checks)
+        reached = max((i + 1 for i, held in enumerate(milestones) if held), default=0)
+        return TaskStatus(success, milestones, self.active_hazards(state), reached,
+                          self._rule_progress(state, success, reached))
+
     def is_success(self, state: SceneState) -> bool:
         return self.success_check(state)
 
@@ -180,14 +198,16 @@ class Task:
         return 0
 
     def rule_progress(self, state: SceneState) -> float:
+        return self._rule_progress(state, self.is_success(state), self.milestones_reached(state))
+
+    def _rule_progress(self, state: SceneState, success: bool, reached: int) -> float:
         """Progress in [0, 1] from the simulator: milestones reached, plus up to 0.9 of a step
         toward the next one when it has a `distance` (linear in distance, zero at 30 cm)."""
-        if self.is_success(state):
+        if success:
             return 1.0
         total = len(self.milestone_checks)
         if total == 0:
             return 0.0
-        reached = self.milestones_reached(state)
         partial = 0.0
         if reached < total and self.milestone_distances[reached] is not None:
             d = self.milestone_distances[reached](state)
@@ -207,12 +227,13 @@ class Task:
     def dense_reward(self, state: SceneState) -> float:
         return float(sum(w * f(state) for f, w in self.dense_terms))
 
-    def predicate_values(self, state: SceneState) -> dict[str, bool | float]:
-        values: dict[str, bool | float] = {"success": self.is_success(state)}
-        for m, check in zip(self.spec.milestones, self.milestone_checks):
-            values[f"milestone/{m.name}"] = check(state)
-        for name, check in self.hazard_checks.items():
-            values[f"hazard/{name}"] = check(state)
+    def predicate_values(self, state: SceneState, status: TaskStatus | None = None) -> dict[str, bool | float]:
+        st = status or self.status(state)
+        values: dict[str, bool | float] = {"success": st.success}
+        for m, held in zip(self.spec.milestones, st.milestones):
+            values[f"milestone/{m.name}"] = held
+        for name in self.hazard_checks:
+            values[f"hazard/{name}"] = name in st.hazards
         return values
 
 

@@ -27,25 +27,25 @@ def write(tmp_path, data, name="task.yaml"):
     return path
 
 
+def _apply(node: dict, changes: dict) -> None:
+    for key, value in changes.items():
+        if value is None:
+            node.pop(key)
+        else:
+            node[key] = value
+
+
 def edited(**changes):
     """BASE with top-level fields replaced (None deletes the field)."""
     data = copy.deepcopy(BASE)
-    for key, value in changes.items():
-        if value is None:
-            data.pop(key)
-        else:
-            data[key] = value
+    _apply(data, changes)
     return data
 
 
 def with_item(field, index, **changes):
+    """BASE with one list item's fields replaced (None deletes the field)."""
     data = copy.deepcopy(BASE)
-    item = data[field][index]
-    for key, value in changes.items():
-        if value is None:
-            item.pop(key)
-        else:
-            item[key] = value
+    _apply(data[field][index], changes)
     return data
 
 

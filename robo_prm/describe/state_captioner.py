@@ -12,7 +12,7 @@ import numpy as np
 from robo_prm.envs.predicates import edge_distance_xy
 from robo_prm.envs.scene import CONTAINERS, OBJECT_KIND, PLACES, TABLE_TOP_Z
 from robo_prm.envs.state import SceneState
-from robo_prm.task import Task
+from robo_prm.task import Task, TaskStatus
 from robo_prm.types import SceneDescription
 
 _CM_BUCKETS = (3, 5, 10, 15, 20, 30)
@@ -43,15 +43,16 @@ class StateCaptioner:
         self.milestone_line = milestone_line and bool(task.milestone_checks)
         self.places = {p: task.word(p) for p in PLACES}
 
-    def __call__(self, state: SceneState, features: np.ndarray | None = None) -> SceneDescription:
+    def __call__(self, state: SceneState, features: np.ndarray | None = None, status: TaskStatus | None = None) -> SceneDescription:
         task = self.task
+        status = status or task.status(state)
         facts: list[str] = []
         sentences: list[str] = [self._gripper_sentence(state, facts)]
         for sim in task.movable:
             sentences.append(self._object_sentence(sim, state, facts))
         reached = total = None
         if task.milestone_checks:
-            reached, total = task.milestones_reached(state), len(task.milestone_checks)
+            reached, total = status.reached, len(task.milestone_checks)
             if self.milestone_line:
                 sentences.append(f"Milestones reached: {reached} of {total}.")
         return SceneDescription(
@@ -59,8 +60,8 @@ class StateCaptioner:
             facts=tuple(facts),
             milestones_reached=reached,
             milestones_total=total,
-            hazards=task.active_hazards(state),
-            rule_progress=task.rule_progress(state),
+            hazards=status.hazards,
+            rule_progress=status.rule_progress,
             features=features,
         )
 

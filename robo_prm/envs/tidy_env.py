@@ -139,7 +139,7 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
         if self.reward_mode == "sparse":
             reward = float(success)
         else:
-            dense = self.task.dense_reward(state) if self.task.dense_terms else self.task.rule_progress(state)
+            dense = self.task.dense_reward(state) if self.task.dense_terms else self._status.rule_progress
             reward = float(dense) + float(success)
         terminated = bool(success)
         truncated = bool(self._steps >= self.task.spec.max_steps and not terminated)
@@ -236,15 +236,15 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
         return np.concatenate(parts).astype(np.float32)
 
     def _info(self, s: SceneState) -> dict[str, Any]:
-        predicates = self.task.predicate_values(s)
+        status = self._status = self.task.status(s)  # every predicate evaluated once per step
         info: dict[str, Any] = {
-            "is_success": bool(predicates["success"]),
-            "predicates": predicates,
-            "milestones_reached": self.task.milestones_reached(s),
+            "is_success": status.success,
+            "predicates": self.task.predicate_values(s, status),
+            "milestones_reached": status.reached,
             "milestones_total": len(self.task.milestone_checks),
-            "hazards": self.task.active_hazards(s),
+            "hazards": status.hazards,
             "step": self._steps,
         }
         if self.captioner is not None:
-            info["description"] = self.captioner(s, features=self._state_features(s))
+            info["description"] = self.captioner(s, features=self._state_features(s), status=status)
         return info
