@@ -2,6 +2,7 @@
 
     python benchmarks/train_main.py                      # 4 variants × the main command's budget
     python benchmarks/train_main.py --steps 3000 --variants llm,rules
+    python benchmarks/train_main.py --seeds 0,1,2 --extra "--reward.normalize false"   # one flag set for all
 
 Variants (same task, algorithm, seed and step budget; one after another, never in parallel):
   llm    the default: blended reward with the bundled LLM judge (rules fallback when unsure)
@@ -33,12 +34,12 @@ VARIANTS = {
 }
 
 
-def run(variant: str, args, runs_dir: Path) -> dict:
-    name = f"bench_{variant}_{args.seed}"
+def run(variant: str, seed: int, args, runs_dir: Path) -> dict:
+    name = f"bench_{variant}_{seed}"
     cmd = [sys.executable, "-m", "robo_prm.cli", "train", "--task", args.task, "--algo", args.algo, "--steps", str(args.steps),
-           "--seed", str(args.seed), "--runs_dir", str(runs_dir), "--run_name", name, "--progress_bar", "false",
+           "--seed", str(seed), "--runs_dir", str(runs_dir), "--run_name", name, "--progress_bar", "false",
            "--record.every_episodes", "0", "--eval.every_steps", str(args.eval_every), "--eval.episodes", str(args.eval_episodes),
-           "--eval.record", "0", *VARIANTS[variant]]
+           "--eval.record", "0", *VARIANTS[variant], *args.extra.split()]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
@@ -47,7 +48,7 @@ def run(variant: str, args, runs_dir: Path) -> dict:
     summary = json.loads((runs_dir / name / "summary.json").read_text())
     history = json.loads((runs_dir / name / "eval" / "eval_history.json").read_text())
     return {
-        "variant": variant, "wall_s": wall, "env_steps_per_s": args.steps / wall,
+        "variant": variant, "seed": seed, "wall_s": wall, "env_steps_per_s": args.steps / wall,
         "peak_rss_mb": summary.get("peak_rss_mb"),
         "final_success_rate": summary.get("final_eval", {}).get("success_rate"),
         "final_hazard_events": summary.get("final_eval", {}).get("hazard_events_per_episode"),
@@ -62,33 +63,42 @@ def main():
     ap.add_argument("--task", default="reach_tool")
     ap.add_argument("--algo", default="sac")
     ap.add_argument("--steps", type=int, default=10_000)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0", help="comma-separated; every variant runs every seed")
+    ap.add_argument("--extra", default="", help="flags added to every variant's command")
     ap.add_argument("--eval_every", type=int, default=2500)
     ap.add_argument("--eval_episodes", type=int, default=20)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--runs_dir", default="/tmp/robo_prm_bench_runs")
     args = ap.parse_args()
     runs_dir = Path(args.runs_dir)
+    seeds = [int(x) for x in args.seeds.split(",")]
     rows = []
-    for v in args.variants.split(","):
-        rows.append(run(v, args, runs_dir))
-        print(json.dumps({k: rows[-1][k] for k in ("variant", "wall_s", "final_success_rate")}), file=sys.stderr)
-    base = next((r for r in rows if r["variant"] == "env"), None)
+    for seed in seeds:  # seed-major: a slow drift of the machine's load hits every variant alike
+        for v in args.variants.split(","):
+            rows.append(run(v, seed, args, runs_dir))
+            print(json.dumps({k: rows[-1][k] for k in ("variant", "seed", "wall_s", "final_success_rate", "eval_history")}),
+                  file=sys.stderr, flush=True)
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    per = {v: [r for r in rows if r["variant"] == v] for v in variants}
+    base = per.get("env")
     meta = {"command": "python benchmarks/train_main.py " + " ".join(sys.argv[1:]), "task": args.task, "algo": args.algo,
-            "steps": args.steps, "seed": args.seed, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "steps": args.steps, "seeds": seeds, "extra": args.extra, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{os.cpu_count()} CPU, {platform.processor() or platform.machine()}"}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    print("| variant | wall s | env steps/s | speed vs env | peak RSS MB | final success | hazard events/ep | model calls / 1k steps | fallback rate |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        ratio = f"{r['env_steps_per_s'] / base['env_steps_per_s']:.2f}" if base else "n/a"
-        j = r["judge"] or {}
-        calls = j.get("judge_calls", 0) - j.get("judge_answer_cache_hits", 0)
-        calls_1k = f"{1000 * calls / args.steps:.0f}" if j else "–"
-        fb = f"{j['judge_fallback_rate']:.2f}" if "judge_fallback_rate" in j else "–"
-        print(f"| {r['variant']} | {r['wall_s']:.0f} | {r['env_steps_per_s']:.1f} | {ratio} | {r['peak_rss_mb']:.0f} | {r['final_success_rate']:.2f} | "
-              f"{r['final_hazard_events']:.2f} | {calls_1k} | {fb} |")
+    print("| variant | wall s | env steps/s | speed vs env | peak RSS MB | final success (mean) | per seed | hazard events/ep | model calls / 1k steps | fallback rate |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    for v, rs in per.items():
+        sps = mean([r["env_steps_per_s"] for r in rs])
+        ratio = f"{sps / mean([r['env_steps_per_s'] for r in base]):.2f}" if base else "n/a"
+        js = [r["judge"] or {} for r in rs]
+        calls = mean([j.get("judge_calls", 0) - j.get("judge_answer_cache_hits", 0) for j in js])
+        calls_1k = f"{1000 * calls / args.steps:.0f}" if any(js) else "–"
+        fb = f"{mean([j['judge_fallback_rate'] for j in js]):.2f}" if all("judge_fallback_rate" in j for j in js) else "–"
+        succ = [r["final_success_rate"] for r in rs]
+        print(f"| {v} | {mean([r['wall_s'] for r in rs]):.0f} | {sps:.1f} | {ratio} | {max(r['peak_rss_mb'] for r in rs):.0f} | "
+              f"{mean(succ):.2f} | {' / '.join(f'{x:.2f}' for x in succ)} | {mean([r['final_hazard_events'] for r in rs]):.2f} | {calls_1k} | {fb} |")
 
 
 if __name__ == "__main__":

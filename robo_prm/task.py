@@ -53,6 +53,7 @@ class TaskSpec:
     success: str
     hazards: list[HazardSpec] = field(default_factory=list)
     milestones: list[MilestoneSpec] = field(default_factory=list)
+    success_distance: str | None = None  # optional number: how far the state is from success once every milestone holds
     dense_reward: list[DenseTerm] = field(default_factory=list)
     start: dict[str, str] = field(default_factory=dict)
     max_steps: int = 50
@@ -92,6 +93,9 @@ class Task:
             self._compile(m.distance, f"milestones[{i}].distance", want="num") if m.distance else None
             for i, m in enumerate(spec.milestones)
         ]
+        self.success_distance = (
+            self._compile(spec.success_distance, "success_distance", want="num") if spec.success_distance else None
+        )
         self.hazard_checks = {
             h.name: self._compile(h.check, f"hazards[{i}].check") for i, h in enumerate(spec.hazards) if h.check
         }
@@ -202,15 +206,16 @@ class Task:
 
     def _rule_progress(self, state: SceneState, success: bool, reached: int) -> float:
         """Progress in [0, 1] from the simulator: milestones reached, plus up to 0.9 of a step
-        toward the next one when it has a `distance` (linear in distance, zero at 30 cm)."""
+        toward the next one (or toward success after the last) when it has a `distance`
+        (linear in distance, zero at 30 cm). Without that partial step the stretch between two
+        checks is flat, and flat stretches are where a policy learning from this signal stalls."""
         if success:
             return 1.0
         total = len(self.milestone_checks)
-        if total == 0:
-            return 0.0
+        to_next = self.milestone_distances[reached] if reached < total else self.success_distance
         partial = 0.0
-        if reached < total and self.milestone_distances[reached] is not None:
-            d = self.milestone_distances[reached](state)
+        if to_next is not None:
+            d = to_next(state)
             partial = 0.9 * min(1.0, max(0.0, 1.0 - d / 0.30))
         # success is the last step: milestones fill [0, total/(total+1)]
         return min(1.0, (reached + partial) / (total + 1))

@@ -52,9 +52,35 @@ def test_running_zscore_normalises_and_ignores_nan():
     assert z2(3.0) == pytest.approx(z(3.0))
 
 
+def test_uncentered_normaliser_keeps_sign_and_zero():
+    """Potential differences are scaled, never shifted: a held judgement (Δ = 0) stays 0."""
+    z = RunningZScore(ema=0.99, center=False)
+    rng = np.random.default_rng(0)
+    xs = rng.normal(-0.01, 0.03, size=3000)
+    out = np.array([z(x) for x in xs])
+    assert np.all(np.sign(out) == np.sign(xs))
+    assert z(0.0) == 0.0
+    assert 0.6 < np.sqrt(np.mean(out[-1000:] ** 2)) < 1.4
+
+
+def test_blend_centres_only_raw_progress():
+    task = load_task("reach_tool")
+    assert not BlendedReward(task, None, RewardConfig(), 1).z.center
+    assert BlendedReward(task, None, RewardConfig(progress="raw"), 1).z.center
+    assert BlendedReward(task, None, RewardConfig(center=True), 1).z.center
+
+
 def test_count_novelty_decays():
     n = CountNovelty()
     assert [n("a"), n("a"), n("a"), n("b")] == pytest.approx([1, 1 / math.sqrt(2), 1 / math.sqrt(3), 1])
+
+
+def test_default_novelty_is_never_positive():
+    """Success ends an episode: a positive per-step bonus would pay the agent to put it off."""
+    task = load_task("reach_tool")
+    blend = BlendedReward(task, None, RewardConfig(), 1)
+    assert [blend.novelty(k) for k in "aab"] == pytest.approx([0, 1 / math.sqrt(2) - 1, 0])
+    assert BlendedReward(task, None, RewardConfig(novelty="count_bonus"), 1).novelty("a") == pytest.approx(1)
 
 
 def _scene(text, features=None, progress=0.5, hazards=()):
@@ -121,7 +147,8 @@ def test_judge_every_k_holds_the_last_judgement():
 def test_blend_terms_weights_safety_and_total_in_info():
     task = load_task("push_tool_from_edge")
     hazard = (HazardReport("tool_near_edge", 0.5, 1.0),)
-    blend = BlendedReward(task, FixedJudge([0.4], hazard), RewardConfig(progress="raw", normalize=False, cache=False), 1)
+    cfg = RewardConfig(progress="raw", normalize=False, cache=False, novelty="count_bonus")
+    blend = BlendedReward(task, FixedJudge([0.4], hazard), cfg, 1)
     info = {"description": _scene("x")}
     r = blend([1.0], [False], [info])[0]
     terms = info["reward_terms"]

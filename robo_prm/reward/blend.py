@@ -26,8 +26,10 @@ class BlendedReward:
     def __init__(self, task: Task, judge, cfg: RewardConfig, n_envs: int = 1, fallback_judge=None):
         self.task, self.judge, self.cfg, self.n = task, judge, cfg, n_envs
         self.fallback_judge = fallback_judge
-        self.z = RunningZScore(cfg.ema, cfg.clip)
-        self.novelty = CountNovelty()
+        self.gamma = 0.99 if cfg.gamma is None else cfg.gamma  # None outside `train`: SB3's default discount
+        center = cfg.progress == "raw" if cfg.center is None else cfg.center
+        self.z = RunningZScore(cfg.ema, cfg.clip, center=center)
+        self.novelty = CountNovelty(shift=-1.0 if cfg.novelty == "count" else 0.0)
         self.cache = JudgementCache(cfg.cache_radius, cfg.cache_size) if cfg.cache else None
         self.total_steps = 0
         self.judge_calls = 0  # scenes sent to the judge (cache misses)
@@ -97,12 +99,12 @@ class BlendedReward:
             progress = float(j.progress) if math.isfinite(j.progress) else 0.0
             if cfg.progress == "potential":
                 prev = progress if self.prev_potential[i] is None else self.prev_potential[i]
-                llm_raw = cfg.gamma * progress - prev
+                llm_raw = self.gamma * progress - prev
             else:
                 llm_raw = progress
             self.prev_potential[i] = progress
             llm = self.z(llm_raw) if cfg.normalize else llm_raw
-            explore = self.novelty(info["description"].text) if cfg.novelty == "count" else 0.0
+            explore = self.novelty(info["description"].text) if cfg.novelty != "none" else 0.0
             safety = float(sum(self.task.severity(h) for h in j.hazard_names()))
             env = float(env_rewards[i])
             terms = {"env": env, "llm": llm, "explore": explore, "safety": safety}

@@ -26,12 +26,20 @@ class RewardConfig:
     stages: list[Stage] = field(default_factory=method_stages)  # "linear" interpolates between stage starts
     safety_weight: float = 0.5  # × Σ severity of the hazards the judge reports
     progress: Literal["potential", "raw"] = "potential"  # γΦ(s′) − Φ(s), or the method's raw score
-    gamma: float = 0.99  # for potential shaping; match the algorithm's discount
+    # Potential shaping γΦ(s′) − Φ(s). 1.0 (default): the progress delta — a held judgement adds 0.
+    # None: the learner's own discount (exact policy invariance), but then every step spent at a
+    # high-progress scene costs (1 − γ)Φ; once normalised, those costs outweighed the one-off gain
+    # of approaching, and SAC learned to keep the gripper away from the hammer (docs/BENCHMARKS.md).
+    gamma: float | None = 1.0
     judge_every: int = 4  # judge every k-th step of an episode; hold the last judgement in between
     normalize: bool = True  # running z-score of the progress term
+    center: bool | None = None  # subtract the running mean; None: only for progress "raw" (see normalize.py)
     ema: float = 0.99
     clip: float = 5.0  # |z| bound after normalisation
-    novelty: Literal["count", "none"] = "count"  # 1/sqrt(N) over described states
+    # "count": 1/sqrt(N) − 1 over described states (≤ 0: new scenes cost nothing, familiar ones up to 1);
+    # "count_bonus": the plain 1/sqrt(N) > 0. Episodes end on success, so a positive per-step bonus
+    # pays the agent to put success off (see novelty.py); the shifted form ranks scenes the same way.
+    novelty: Literal["count", "count_bonus", "none"] = "count"
     cache: bool = True  # reuse judgements of identical descriptions and near-identical features
     cache_radius: float = 0.05  # feature distance under which a cached judgement is reused
     cache_size: int = 50_000

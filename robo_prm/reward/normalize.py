@@ -1,19 +1,27 @@
-"""Running z-score with exponential moving averages (the method's EMA 0.99 normaliser)."""
+"""Running z-score with exponential moving averages (the method's EMA 0.99 normaliser).
+
+`center=False` divides by the running root-mean-square and keeps the sign and zero of the
+input. That is the right normaliser for a potential difference γΦ(s′) − Φ(s): subtracting a
+running mean would add a constant to every step's reward, and in episodes that end on
+success a constant per-step bonus pays the agent to put success off.
+"""
 from __future__ import annotations
 
 import math
 
 
 class RunningZScore:
-    def __init__(self, ema: float = 0.99, clip: float = 5.0, eps: float = 1e-4):
-        self.ema, self.clip, self.eps = ema, clip, eps
+    def __init__(self, ema: float = 0.99, clip: float = 5.0, eps: float = 1e-4, center: bool = True):
+        self.ema, self.clip, self.eps, self.center = ema, clip, eps, center
         self.mean, self.var, self.count = 0.0, 1.0, 0
 
     def __call__(self, x: float) -> float:
         """Update with x, then return x normalised (clipped; NaN/inf in → 0 out, stats untouched)."""
         if not math.isfinite(x):
             return 0.0
-        if self.count == 0:
+        if not self.center:  # mean stays 0: var is the EMA of x²
+            self.var = x * x if self.count == 0 else self.ema * self.var + (1 - self.ema) * x * x
+        elif self.count == 0:
             self.mean, self.var = x, 1.0
         else:
             d = x - self.mean

@@ -79,9 +79,9 @@ def _seed_everything(seed: int):
 
 
 def sync_gamma(cfg: TrainConfig) -> TrainConfig:
-    """Potential shaping must discount like the learner: reward.gamma := the algorithm's gamma."""
-    algo_gamma = {**DEFAULTS[cfg.algo], **(cfg.sac if cfg.algo == "sac" else cfg.ppo)}.get("gamma")
-    if algo_gamma is not None:
+    """`reward.gamma: null` asks potential shaping to discount like the learner."""
+    if cfg.reward.gamma is None:
+        algo_gamma = {**DEFAULTS[cfg.algo], **(cfg.sac if cfg.algo == "sac" else cfg.ppo)}.get("gamma", 0.99)
         cfg.reward.gamma = float(algo_gamma)
     return cfg
 
