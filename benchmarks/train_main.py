@@ -62,13 +62,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="reach_tool")
     ap.add_argument("--algo", default="sac")
-    ap.add_argument("--steps", type=int, default=10_000)
+    ap.add_argument("--steps", type=int, default=20_000)
     ap.add_argument("--seeds", default="0", help="comma-separated; every variant runs every seed")
     ap.add_argument("--extra", default="", help="flags added to every variant's command")
-    ap.add_argument("--eval_every", type=int, default=2500)
+    ap.add_argument("--eval_every", type=int, default=5000)
     ap.add_argument("--eval_episodes", type=int, default=20)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--runs_dir", default="/tmp/robo_prm_bench_runs")
+    ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
     runs_dir = Path(args.runs_dir)
     seeds = [int(x) for x in args.seeds.split(",")]
@@ -84,8 +85,9 @@ def main():
     meta = {"command": "python benchmarks/train_main.py " + " ".join(sys.argv[1:]), "task": args.task, "algo": args.algo,
             "steps": args.steps, "seeds": seeds, "extra": args.extra, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{os.cpu_count()} CPU, {platform.processor() or platform.machine()}"}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print("| variant | wall s | env steps/s | speed vs env | peak RSS MB | final success (mean) | per seed | hazard events/ep | model calls / 1k steps | fallback rate |")
     print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731

@@ -157,6 +157,16 @@ def test_blend_terms_weights_safety_and_total_in_info():
     assert terms["term/safety"] == pytest.approx(0.5) and terms["weight/llm"] == pytest.approx(0.4)
 
 
+def test_success_counts_as_full_progress_whatever_the_judge_says():
+    task = load_task("reach_tool")
+    cfg = RewardConfig(judge_every=1, normalize=False, novelty="none", cache=False, schedule="constant")
+    blend = BlendedReward(task, FixedJudge([0.9, 0.8]), cfg, 1)
+    blend([0.0], [False], [{"description": _scene("a")}])
+    info = {"description": _scene("b"), "is_success": True}
+    blend([1.0], [True], [info])
+    assert info["reward_terms"]["term/llm_raw"] == pytest.approx(0.1)
+
+
 def test_nan_progress_never_reaches_sb3():
     task = load_task("reach_tool")
     blend = BlendedReward(task, FixedJudge([float("nan")]), RewardConfig(cache=False), 1)

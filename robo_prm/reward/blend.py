@@ -97,6 +97,11 @@ class BlendedReward:
         for i, info in enumerate(infos):
             j = self.last[i]
             progress = float(j.progress) if math.isfinite(j.progress) else 0.0
+            if info.get("is_success"):
+                # The environment's success check is ground truth: a finished task is full progress,
+                # whatever the judge read (otherwise a judge that rates "at the hammer" below
+                # "10 cm above it" charges the agent for finishing).
+                progress = 1.0
             if cfg.progress == "potential":
                 prev = progress if self.prev_potential[i] is None else self.prev_potential[i]
                 llm_raw = self.gamma * progress - prev
