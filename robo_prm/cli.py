@@ -6,6 +6,7 @@
     robo-prm enjoy runs/<run> [--episodes 3] [--replay]
     robo-prm eval runs/<run> [--episodes 20]
     robo-prm tasks list | show NAME|FILE | validate FILE | render NAME|FILE --out x.png
+    robo-prm perception collect | train-clip | train-captioner | caption | goal-sim
 """
 from __future__ import annotations
 
@@ -265,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(func=cmd_tasks)
     from robo_prm.finetune.cli import add_finetune_commands
     add_finetune_commands(sub)
+    from robo_prm.describe.cli import add_perception_commands
+    add_perception_commands(sub)
     return p
 
 

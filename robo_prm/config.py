@@ -13,8 +13,10 @@ from robo_prm.reward.config import RewardConfig
 
 @dataclass
 class DescribeConfig:
-    source: Literal["state"] = "state"  # what the judge's scene text is made from
+    source: Literal["state", "pixels"] = "state"  # what the judge's scene text is made from: simulator state, or rendered frames only
     milestone_line: bool = True  # show "Milestones reached: i of n" to the judge
+    weights: str | None = None  # pixels: a trained perception folder (default: the shipped robo_prm/models/perception)
+    every: int = 0  # pixels: describe every n-th step and hold the description between (0: reward.judge_every)
 
 
 @dataclass

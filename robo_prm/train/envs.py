@@ -34,11 +34,26 @@ class FrameCapture(gymnasium.Wrapper):
 
 def make_tidy_env(task: Task, cfg: TrainConfig, render: bool = True, reward_mode: str | None = None) -> gymnasium.Env:
     mode = reward_mode or ("dense" if cfg.reward_source == "dense" else "sparse")
+    if cfg.describe.source == "pixels":
+        return make_pixels_env(task, cfg, mode)
     size = cfg.record.frame_size
     env = TidyTableEnv(task, reward_mode=mode, render_mode="rgb_array" if render else None, width=size, height=size)
     if env.captioner is not None:
         env.captioner.milestone_line = cfg.describe.milestone_line and bool(task.milestone_checks)
     return env
+
+
+def make_pixels_env(task: Task, cfg: TrainConfig, reward_mode: str) -> gymnasium.Env:
+    """`describe.source: pixels`: the env renders at the perception model's frame size (recorded episodes
+    too) and info["description"] is made from that frame alone (robo_prm/describe/pixels.py)."""
+    from robo_prm.describe.pixels import PixelDescriber
+    from robo_prm.describe.weights import load_perception
+
+    bundle = load_perception(cfg.describe.weights)
+    size = bundle.net.cfg.size
+    env = TidyTableEnv(task, reward_mode=reward_mode, render_mode="rgb_array", width=size, height=size, describe=False)
+    every = cfg.describe.every or cfg.reward.judge_every
+    return PixelDescriber(env, bundle.captioner(task, cfg.describe.milestone_line), every)
 
 
 def make_vec_env(task: Task, cfg: TrainConfig, judge=None) -> VecEnv:

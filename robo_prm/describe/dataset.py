@@ -1,0 +1,244 @@
+"""Frames with labels for the perception models: `robo-prm perception collect`.
+
+Rollouts of random, scripted-expert and perturbed-expert policies (a share of them from a
+scattered start: objects anywhere on the table, at the edges, tipped or on the floor, so hazards,
+grasps and placements are all covered). Every `stride`-th frame is kept with its labels: caption
+slots (facts.py → slots.py), the state caption text, the task's predicates, rule progress,
+milestones, and a state vector. Frames are rendered by the env's own camera
+(`TidyTableEnv(task, render_mode="rgb_array", width=S, height=S)`), the same call the
+pixels-only describer renders with. Held-out split by episode seed.
+
+Layout of DIR: `meta.json` + `shard_XXXX.npz` (uint8 frames, compressed).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from robo_prm.describe.slots import STATE_DIM, SlotLabels, slot_names
+from robo_prm.describe.state_captioner import StateCaptioner
+from robo_prm.envs.scene import OBJECT_KIND, OBJECT_REST_Z, TABLE_TOP_Z, TABLE_X, TABLE_Y
+from robo_prm.task import load_task
+
+POLICIES = ("random", "expert", "perturbed")
+
+
+@dataclass
+class CollectConfig:
+    tasks: list[str] = field(default_factory=lambda: ["reach_tool", "push_tool_from_edge", "place_cup_in_bin", "tidy_table"])
+    frames: int = 20_000  # frames in total (train + held-out)
+    size: int = 128  # frame width = height, pixels
+    stride: int = 2  # keep every stride-th step of an episode
+    heldout_every: int = 6  # every n-th round of episodes (one per task, by seed) is held out
+    scatter: float = 0.35  # share of episodes that start from a scattered scene
+    mix: tuple[float, float, float] = (0.25, 0.35, 0.40)  # random, expert, perturbed
+    max_steps: int = 150  # cap per episode (tidy_table runs 300)
+    seed: int = 0
+    shard_size: int = 2_000
+
+
+def predicate_keys(tasks: list[str]) -> list[str]:
+    """Global predicate columns: 'task:key' for every task's predicate_values keys."""
+    keys = []
+    for name in tasks:
+        task = load_task(name)
+        keys += [f"{task.name}:success"] + [f"{task.name}:milestone/{m.name}" for m in task.spec.milestones]
+        keys += [f"{task.name}:hazard/{h}" for h in task.hazard_checks]
+    return keys
+
+
+def scatter(env, rng: np.random.Generator):
+    """Put the task's objects anywhere on the table (edges included), sometimes tipped or on the floor."""
+    env = env.unwrapped
+    placed: list[np.ndarray] = []
+    for sim in env.task.movable:
+        for _ in range(50):
+            xy = np.array([rng.uniform(TABLE_X[0] + 0.01, TABLE_X[1] - 0.01), rng.uniform(TABLE_Y[0] + 0.01, TABLE_Y[1] - 0.01)])
+            if all(np.linalg.norm(xy - p) > 0.09 for p in placed):
+                break
+        placed.append(xy)
+        z = TABLE_TOP_Z + OBJECT_REST_Z[sim]
+        roll = 0.0
+        u = rng.uniform()
+        if u < 0.08:  # on the floor in front of or beside the table
+            xy = np.array([rng.uniform(TABLE_X[1] + 0.05, TABLE_X[1] + 0.15), rng.uniform(*TABLE_Y)])
+            z = OBJECT_REST_Z[sim]
+        elif OBJECT_KIND[sim] == "fragile" and u < 0.3:
+            roll, z = np.pi / 2, TABLE_TOP_Z + 0.045
+        yaw = rng.uniform(-np.pi, np.pi) if OBJECT_KIND[sim] == "fragile" else rng.uniform(-0.6, 0.6)
+        env._set_pose(sim, np.array([*xy, z]), yaw)
+        if roll:
+            adr = env._joint_qpos_adr[sim]
+            q_yaw = np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
+            q_roll = np.array([np.cos(roll / 2), np.sin(roll / 2), 0.0, 0.0])
+            q = np.zeros(4)
+            mujoco.mju_mulQuat(q, q_yaw, q_roll)
+            env.data.qpos[adr + 3: adr + 7] = q
+    mujoco.mj_forward(env.model, env.data)
+    for _ in range(5):  # let lifted-by-overlap objects settle
+        mujoco.mj_step(env.model, env.data, nstep=20)
+    env._snapshot()
+
+
+class _RandomPolicy:
+    """A smoothed random walk: covers the workspace better than independent uniform actions."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng, self.a = rng, np.zeros(4)
+
+    def __call__(self, obs=None):
+        self.a = 0.6 * self.a + 0.4 * self.rng.uniform(-1, 1, size=4)
+        a = self.a.copy()
+        a[3] = 1.0 if self.rng.uniform() < 0.5 else -1.0
+        return a.astype(np.float32)
+
+
+class _Shards:
+    def __init__(self, out: Path, shard_size: int):
+        self.out, self.shard_size, self.n_shards = out, shard_size, 0
+        self.rows: dict[str, list] = {}
+
+    def add(self, **row):
+        for k, v in row.items():
+            self.rows.setdefault(k, []).append(v)
+        if len(self.rows["frames"]) >= self.shard_size:
+            self.flush()
+
+    def flush(self):
+        if not self.rows.get("frames"):
+            return
+        arrays = {k: np.stack(v) if isinstance(v[0], np.ndarray) else np.asarray(v) for k, v in self.rows.items()}
+        np.savez_compressed(self.out / f"shard_{self.n_shards:04d}.npz", **arrays)
+        self.n_shards += 1
+        self.rows = {}
+
+
+def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
+    """Write frames + labels to `out`; returns the meta dict (also written to out/meta.json)."""
+    from robo_prm.envs.experts import PLANS, ScriptedExpert
+    from robo_prm.envs.tidy_env import TidyTableEnv
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("shard_*.npz"):
+        old.unlink()
+    keys = predicate_keys(cfg.tasks)
+    col = {k: i for i, k in enumerate(keys)}
+    tasks = [load_task(t) for t in cfg.tasks]
+    envs = [TidyTableEnv(t, render_mode="rgb_array", width=cfg.size, height=cfg.size, describe=False) for t in tasks]
+    captioners = [StateCaptioner(t) for t in tasks]
+    rng = np.random.default_rng(cfg.seed)
+    shards = _Shards(out, cfg.shard_size)
+    counts = {"train": 0, "heldout": 0}
+    by_policy = {p: 0 for p in POLICIES}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=cfg.frames, desc="collect", unit="frame")
+    t0, episode, n = time.perf_counter(), 0, 0
+    try:
+        while n < cfg.frames:
+            ti = episode % len(tasks)
+            task, env, cap = tasks[ti], envs[ti], captioners[ti]
+            seed = cfg.seed * 1_000_003 + episode
+            split = "heldout" if (episode // len(tasks)) % cfg.heldout_every == 0 else "train"  # whole rounds: every task
+            kind = POLICIES[int(rng.choice(3, p=np.asarray(cfg.mix) / sum(cfg.mix)))]
+            if task.name not in PLANS:  # a task without a scripted expert: random and scattered episodes only
+                kind = "random"
+            obs, info = env.reset(seed=seed)
+            ep_rng = np.random.default_rng(seed)
+            scattered = bool(rng.uniform() < cfg.scatter)
+            if scattered:
+                scatter(env, ep_rng)
+                obs = env._observe(env.scene_state)
+            if kind == "random":
+                policy = _RandomPolicy(ep_rng)
+            elif kind == "expert":
+                policy = ScriptedExpert(env, noise=0.05, seed=seed)
+            else:
+                policy = ScriptedExpert(env, noise=float(ep_rng.uniform(0.1, 0.4)), perturb=float(ep_rng.uniform(0.1, 0.4)), seed=seed)
+            offset = int(ep_rng.integers(cfg.stride))
+            for t in range(min(task.spec.max_steps, cfg.max_steps) + 1):
+                if t > 0:
+                    obs, _, term, trunc, info = env.step(policy(obs))
+                if (t - offset) % cfg.stride == 0:
+                    s = env.scene_state
+                    status = task.status(s)
+                    d = cap(s, status=status)
+                    labels = SlotLabels.of(cap.facts(s, status), s)
+                    preds = np.full(len(keys), -1, dtype=np.int8)
+                    for k, v in task.predicate_values(s, status).items():
+                        preds[col[f"{task.name}:{k}"]] = int(bool(v))
+                    shards.add(frames=env.render(), slots=labels.slots, state=labels.state, preds=preds,
+                               task=ti, rule_progress=np.float32(status.rule_progress), milestones=status.reached,
+                               caption=d.text, episode=episode, seed=seed, step=t, heldout=split == "heldout",
+                               policy=POLICIES.index(kind), scattered=scattered, success=status.success)
+                    counts[split] += 1
+                    by_policy[kind] += 1
+                    n += 1
+                    if bar is not None:
+                        bar.update(1)
+                    if n >= cfg.frames:
+                        break
+                if t > 0 and (term or trunc):
+                    break
+            episode += 1
+    finally:
+        for env in envs:
+            env.close()
+        if bar is not None:
+            bar.close()
+    shards.flush()
+    meta = {
+        "config": {**asdict(cfg), "mix": list(cfg.mix)},
+        "tasks": [t.name for t in tasks],
+        "predicate_keys": keys,
+        "slot_names": slot_names(),
+        "state_dim": STATE_DIM,
+        "size": cfg.size,
+        "frames": n,
+        "episodes": episode,
+        "splits": counts,
+        "policies": by_policy,
+        "shards": shards.n_shards,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+@dataclass
+class FrameSet:
+    """A collected folder in memory (all shards concatenated)."""
+
+    meta: dict
+    arrays: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.arrays["frames"])
+
+    def split(self, heldout: bool) -> "FrameSet":
+        m = self.arrays["heldout"] == heldout
+        return FrameSet(self.meta, {k: v[m] for k, v in self.arrays.items()})
+
+    def subset(self, idx: np.ndarray) -> "FrameSet":
+        return FrameSet(self.meta, {k: v[idx] for k, v in self.arrays.items()})
+
+
+def load_frames(folder: str | Path) -> FrameSet:
+    folder = Path(folder)
+    if not (folder / "meta.json").exists():
+        raise FileNotFoundError(f"{folder}: no meta.json (make one with `robo-prm perception collect --out {folder}`)")
+    meta = json.loads((folder / "meta.json").read_text())
+    parts: dict[str, list] = {}
+    for p in sorted(folder.glob("shard_*.npz")):
+        with np.load(p) as z:
+            for k in z.files:
+                parts.setdefault(k, []).append(z[k])
+    return FrameSet(meta, {k: np.concatenate(v) for k, v in parts.items()})

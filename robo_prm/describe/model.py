@@ -1,0 +1,69 @@
+"""PerceptionNet: one image tower shared by the CLIP embedding and the caption heads.
+
+frame → Trunk (EfficientNet-Lite0, stride 16) → Neck (shared vector z) →
+  * `embed`: the CLIP image embedding (L2-normalised), for the judge cache, novelty and goal similarity;
+  * one classification head per caption slot (slots.py), rendered to text by render.py;
+  * `preds`: task predicates (success, milestones, hazards) of the tasks it was trained on;
+  * `progress`: the simulator's rule progress per trained task;
+  * `state`: a coarse state vector, to check the predicates of tasks it was not trained on.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robo_prm.describe.backbone import Neck, Trunk
+from robo_prm.describe.slots import STATE_DIM, slot_sizes
+
+
+@dataclass
+class NetConfig:
+    size: int = 128  # input frame width = height
+    trunk_blocks: int = 11  # Lite0 blocks kept (11: stride 16, 112 channels)
+    neck_width: int = 32
+    hidden: int = 384
+    embed_dim: int = 128
+    tasks: list[str] = field(default_factory=list)  # tasks with predicate / progress heads
+    predicate_keys: list[str] = field(default_factory=list)  # 'task:key' columns of the predicate head
+    text_model: str = "minilm"  # text tower the embedding is aligned with (see clip.py)
+    text_dim: int = 384
+
+
+class PerceptionNet(nn.Module):
+    def __init__(self, cfg: NetConfig, imagenet: bool = True):
+        super().__init__()
+        self.cfg = cfg
+        self.trunk = Trunk(cfg.size, cfg.trunk_blocks, imagenet=imagenet)
+        self.neck = Neck(self.trunk.channels, self.trunk.out_size, cfg.neck_width, cfg.hidden)
+        h = self.neck.dim
+        self.embed = nn.Linear(h, cfg.embed_dim)
+        sizes = slot_sizes()
+        self.slot_names = list(sizes)
+        self.slots = nn.Linear(h, sum(sizes.values()))  # all slot heads as one matrix, split by slot_sizes
+        self._splits = list(sizes.values())
+        self.preds = nn.Linear(h, max(1, len(cfg.predicate_keys)))
+        self.progress = nn.Linear(h, max(1, len(cfg.tasks)))
+        self.state = nn.Linear(h, STATE_DIM)
+        # open_clip's learnable temperature, init log(1/0.07)
+        self.logit_scale = nn.Parameter(torch.tensor(2.6592))
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        return self.neck(self.trunk(images))
+
+    def encode_image(self, images: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+        e = self.embed(self.features(images))
+        return F.normalize(e, dim=-1) if normalize else e
+
+    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        z = self.features(images)
+        out = {"embed": F.normalize(self.embed(z), dim=-1), "preds": self.preds(z), "progress": self.progress(z),
+               "state": self.state(z)}
+        for name, logits in zip(self.slot_names, torch.split(self.slots(z), self._splits, dim=-1)):
+            out[f"slot/{name}"] = logits
+        return out
+
+    def config_dict(self) -> dict:
+        return asdict(self.cfg)

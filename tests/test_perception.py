@@ -1,0 +1,313 @@
+"""Perception from pixels: slots cover every caption, collect → train → embed → caption on tiny data,
+CLIP shapes and normalisation, the BLIP loader on a tiny random BLIP, pixels-only SB3 training.
+
+Models here are tiny and built in-process (a 1-layer BERT text tower, 64-px frames, a few steps);
+no network. The shipped weights are checked only for loading and shapes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from robo_prm.describe.facts import scene_facts  # noqa: E402
+from robo_prm.describe.render import render  # noqa: E402
+from robo_prm.describe.slots import decode, encode, slot_names, slot_sizes, state_from_vector, state_vector  # noqa: E402
+from robo_prm.describe.state_captioner import StateCaptioner  # noqa: E402
+from robo_prm.envs.experts import ScriptedExpert  # noqa: E402
+
+TASKS = ["reach_tool", "place_cup_in_bin"]
+
+
+def _one_hot_logits(enc: dict[str, int]) -> dict[str, np.ndarray]:
+    out = {}
+    for name, n in slot_sizes().items():
+        v = np.zeros(n)
+        if enc[name] >= 0:
+            v[enc[name]] = 5.0
+        out[name] = v
+    return out
+
+
+@pytest.mark.parametrize("task", ["tidy_table", "place_cup_in_bin", "push_tool_from_edge"])
+def test_slots_encode_every_caption(make_env, task):
+    """State → facts → class indices → facts → text gives back the state caption, step by step of
+    a perturbed expert episode: the heads' label space can say everything the state captioner says."""
+    env = make_env(task)
+    u = env.unwrapped
+    cap = StateCaptioner(u.task)
+    obs, _ = env.reset(seed=3)
+    expert = ScriptedExpert(env, noise=0.2, perturb=0.2, seed=3)
+    for t in range(60):
+        s = u.scene_state
+        facts = cap.facts(s)
+        back = decode(_one_hot_logits(encode(facts)), u.task.movable, (facts.milestones_reached, facts.milestones_total))
+        assert render(back, u.task.word)[0] == cap(s).text
+        assert back == facts
+        obs, _, term, trunc, _ = env.step(expert(obs))
+        if term or trunc:
+            break
+
+
+def test_state_vector_round_trip(make_env):
+    env = make_env("tidy_table")
+    env.reset(seed=0)
+    s = env.unwrapped.scene_state
+    back = state_from_vector(state_vector(s))
+    assert np.allclose(back.gripper_pos, s.gripper_pos, atol=1e-6)
+    task = env.unwrapped.task
+    assert task.status(back).hazards == task.status(s).hazards
+    assert scene_facts(task.movable, back).objects == scene_facts(task.movable, s).objects
+
+
+# ---- a tiny pipeline: collect → train → load → embed → caption ------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_text(tmp_path_factory):
+    """A 1-layer BERT with a word-level vocabulary, saved like a sentence-transformers folder."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    words = ("the gripper is open closed far from hammer glass cup lies stands in middle of table cm above at very "
+             "front back left right edge part blue bin held air reached milestones 0 1 2 3 4 5 10 15 20 30 , .").split()
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
+    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"))
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(words) + 5, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32, max_position_embeddings=128)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    from robo_prm.describe.dataset import CollectConfig, collect
+
+    out = tmp_path_factory.mktemp("frames")
+    meta = collect(CollectConfig(tasks=TASKS, frames=40, size=64, stride=2, heldout_every=3, max_steps=20, seed=1),
+                   out, progress=False)
+    return out, meta
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_data, tiny_text, tmp_path_factory):
+    from robo_prm.describe.train import PerceptionTrainConfig, captioner_defaults, train
+
+    data, _ = tiny_data
+    out = tmp_path_factory.mktemp("perception")
+    cfg = captioner_defaults(PerceptionTrainConfig(data=str(data), out=str(out), text_model=tiny_text, epochs=2, batch=16,
+                                                   hidden=32, embed_dim=16))
+    return train(cfg, progress=False, command="test")
+
+
+def test_collect_writes_labelled_shards(tiny_data):
+    from robo_prm.describe.dataset import load_frames
+
+    folder, meta = tiny_data
+    fs = load_frames(folder)
+    n = meta["frames"]
+    assert n == 40 and len(fs) == n and meta["splits"]["heldout"] > 0 and meta["splits"]["train"] > 0
+    a = fs.arrays
+    assert a["frames"].shape == (n, 64, 64, 3) and a["frames"].dtype == np.uint8
+    assert a["slots"].shape == (n, len(slot_names())) and a["preds"].shape == (n, len(meta["predicate_keys"]))
+    assert set(a["task"]) == {0, 1} and all(c.startswith("The gripper is") for c in a["caption"])
+    # held-out is by episode: no episode in both splits
+    assert not set(a["episode"][a["heldout"]]) & set(a["episode"][~a["heldout"]])
+    # a task's predicate columns are set, the other task's are -1
+    keys = meta["predicate_keys"]
+    reach = [i for i, k in enumerate(keys) if k.startswith("reach_tool:")]
+    assert (a["preds"][a["task"] == 0][:, reach] >= 0).all() and (a["preds"][a["task"] == 1][:, reach] == -1).all()
+
+
+def test_train_embed_caption_round_trip(tiny_model, tiny_data, make_env):
+    import json
+
+    from robo_prm.describe.clip import goal_similarity
+    from robo_prm.describe.weights import load_perception
+    from robo_prm.task import load_task
+
+    manifest = json.loads((tiny_model / "manifest.json").read_text())
+    assert manifest["command"] == "test" and manifest["train"]["steps"] >= 1
+    assert 0.0 <= manifest["metrics_heldout"]["caption_exact_match"] <= 1.0
+    bundle = load_perception(tiny_model)
+    task = load_task("place_cup_in_bin")
+    env = make_env("place_cup_in_bin", render_mode="rgb_array", width=64, height=64)
+    env.reset(seed=0)
+    frames = np.stack([env.render(), env.render()])
+    clip = bundle.clip()
+    img = clip.encode_image(frames)
+    txt = clip.encode_text(["The glass cup stands in the blue bin.", task.spec.goal])
+    assert img.shape == (2, 16) and txt.shape == (2, 16)
+    assert torch.allclose(img.norm(dim=-1), torch.ones(2), atol=1e-5)
+    assert torch.allclose(txt.norm(dim=-1), torch.ones(2), atol=1e-5)
+    sim = goal_similarity(frames, task.spec.goal, clip)
+    assert sim.shape == (2,) and np.all(np.abs(sim) <= 1.0 + 1e-5) and sim[0] == pytest.approx(sim[1], abs=1e-5)
+    d = bundle.captioner(task)(frames[0])
+    assert d.text.startswith("The gripper is") and d.text.endswith("of 5.") and "glass cup" in d.text
+    assert d.features.shape == (16,) and abs(np.linalg.norm(d.features) - 1.0) < 1e-5
+    assert set(d.hazards) <= set(task.hazard_checks) and 0.0 <= d.rule_progress <= 1.0
+    assert d.milestones_total == 5
+
+
+def test_captioner_on_a_task_without_heads_uses_the_state_estimate(tiny_model):
+    from robo_prm.describe.weights import load_perception
+    from robo_prm.task import load_task
+
+    bundle = load_perception(tiny_model)
+    task = load_task("tidy_table")  # not in TASKS: no predicate heads for it
+    cap = bundle.captioner(task)
+    assert cap.columns is None
+    d = cap(np.zeros((64, 64, 3), dtype=np.uint8))
+    assert d.milestones_total == 5 and 0.0 <= d.rule_progress <= 1.0 and set(d.hazards) <= set(task.hazard_checks)
+    assert all(w in d.text for w in ("hammer", "screwdriver", "glass cup"))
+
+
+def test_clip_loss_matches_open_clip_formula():
+    from robo_prm.describe.clip import clip_loss
+
+    torch.manual_seed(0)
+    img = torch.nn.functional.normalize(torch.randn(4, 8), dim=-1)
+    txt = torch.nn.functional.normalize(torch.randn(4, 8), dim=-1)
+    scale = torch.tensor(10.0)
+    logits = scale * img @ txt.T
+    labels = torch.arange(4)
+    want = (torch.nn.functional.cross_entropy(logits, labels) + torch.nn.functional.cross_entropy(logits.T, labels)) / 2
+    assert torch.allclose(clip_loss(img, txt, scale), want)
+    # distinct captions given as ids reduce to the same loss
+    assert torch.allclose(clip_loss(img, txt, scale, torch.arange(4)), want)
+    # two frames sharing a caption: one text row, no false negative
+    shared = clip_loss(img, txt[:3], scale, torch.tensor([0, 1, 2, 2]))
+    assert torch.isfinite(shared)
+
+
+def test_open_clip_arch_fails_with_one_line_when_missing():
+    from robo_prm.describe.clip import ClipConfig, make_clip
+
+    try:
+        import open_clip  # noqa: F401
+        pytest.skip("open_clip is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(ImportError, match="open_clip_torch"):
+        make_clip(ClipConfig(arch="ViT-B-32", weights="/nonexistent.pt"))
+
+
+# ---- BLIP ------------------------------------------------------------------------------------------
+def test_blip_loader_on_a_tiny_random_model(tmp_path, tiny_text):
+    from transformers import (BertTokenizerFast, BlipConfig, BlipForConditionalGeneration, BlipProcessor)
+
+    try:
+        from transformers import BlipImageProcessorPil as ImageProcessor
+    except ImportError:  # older transformers
+        from transformers import BlipImageProcessor as ImageProcessor
+
+    from robo_prm.describe.blip import BlipCaptioner
+
+    tok = BertTokenizerFast.from_pretrained(tiny_text)
+    tok.add_special_tokens({"bos_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]"})
+    cfg = BlipConfig(
+        text_config={"vocab_size": len(tok), "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+                     "intermediate_size": 32, "max_position_embeddings": 64, "bos_token_id": tok.cls_token_id,
+                     "sep_token_id": tok.sep_token_id, "pad_token_id": tok.pad_token_id, "eos_token_id": tok.sep_token_id},
+        vision_config={"hidden_size": 16, "image_size": 32, "patch_size": 8, "num_hidden_layers": 1,
+                       "num_attention_heads": 2, "intermediate_size": 32},
+        projection_dim=16,
+    )
+    torch.manual_seed(0)
+    BlipForConditionalGeneration(cfg).save_pretrained(tmp_path)
+    BlipProcessor(ImageProcessor(size={"height": 32, "width": 32}), tok).save_pretrained(tmp_path)
+    blip = BlipCaptioner(tmp_path, max_new_tokens=5)
+    frames = np.random.default_rng(0).integers(0, 255, size=(2, 48, 48, 3), dtype=np.uint8)
+    caps = blip.caption(frames)
+    assert len(caps) == 2 and all(isinstance(c, str) for c in caps)
+    d = blip.describe(frames[:1])[0]
+    assert d.facts == () and d.hazards == () and d.rule_progress is None
+    with pytest.raises(FileNotFoundError):
+        BlipCaptioner(tmp_path / "missing")
+
+
+# ---- pixels-only mode ---------------------------------------------------------------------------------
+def test_pixels_only_mode_drives_sb3(tiny_model, tmp_path):
+    import json
+
+    from robo_prm.config import load_train_config
+    from robo_prm.describe.pixels import PixelDescriber
+    from robo_prm.train import train
+    from robo_prm.train.envs import make_tidy_env
+    from robo_prm.task import load_task
+
+    over = {"task": "reach_tool", "steps": 200, "describe.source": "pixels", "describe.weights": str(tiny_model),
+            "judge.backend": "rules", "eval.every_steps": 0, "eval.episodes": 1, "eval.record": 0,
+            "record.every_episodes": 0, "progress_bar": False, "runs_dir": str(tmp_path), "run_name": "pix",
+            "checkpoint_every": 0, "sac.learning_starts": 50}
+    cfg = load_train_config(None, over)
+    env = make_tidy_env(load_task("reach_tool"), cfg)
+    try:
+        assert isinstance(env, PixelDescriber) and env.every == cfg.reward.judge_every
+        _, info = env.reset(seed=0)
+        assert info["description"].features.shape == (16,)
+        texts = []
+        for _ in range(8):
+            *_, info = env.step(np.zeros(4, dtype=np.float32))  # the arm holds still: no episode end
+            texts.append(info["description"])
+        assert env.described == 1 + 1 + 2  # reset, step 1, steps 4 and 8
+        assert texts[1] is texts[2]  # held between described steps
+    finally:
+        env.close()
+    run = train(cfg)
+    summary = json.loads((run / "summary.json").read_text())
+    judge = summary["judge"]
+    assert summary["env_steps"] == 200 and judge["judge_errors"] == 0 and judge["nan_rewards"] == 0
+    assert judge["cache_hits_exact"] + judge["cache_hits_nn"] + judge["cache_misses"] >= 200 / cfg.reward.judge_every
+
+
+# ---- the shipped weights -------------------------------------------------------------------------------
+def test_shipped_weights_describe_a_frame_and_embed_shipped_goals(make_env):
+    """The default pixels path needs no training and no text encoder: weights ship with the package,
+    the shipped tasks' goal embeddings are cached with them."""
+    import json
+
+    from robo_prm.describe.clip import goal_similarity
+    from robo_prm.describe.weights import load_perception, shipped_folder
+    from robo_prm.task import load_task
+
+    manifest = json.loads((shipped_folder() / "manifest.json").read_text())
+    assert manifest["command"] and manifest["data"]["frames"] > 0 and "caption_exact_match" in manifest["metrics_heldout"]
+    bundle = load_perception()
+    size = bundle.net.cfg.size
+    task = load_task("place_cup_in_bin")
+    env = make_env("place_cup_in_bin", render_mode="rgb_array", width=size, height=size)
+    env.reset(seed=0)
+    frame = env.render()
+    d = bundle.captioner(task)(frame)
+    assert d.text.startswith("The gripper is") and "glass cup" in d.text and d.features.shape == (bundle.net.cfg.embed_dim,)
+    sim = goal_similarity(np.stack([frame]), task.spec.goal, bundle.clip())
+    assert sim.shape == (1,) and -1.0 <= sim[0] <= 1.0
+
+
+def test_perception_cli_caption_and_goal_sim(capsys):
+    from robo_prm.cli import main
+
+    assert main(["perception", "caption", "--task", "reach_tool", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("pixels: The gripper is") and "state:  The gripper is" in out
+    assert main(["perception", "goal-sim", "--task", "reach_tool", "--seed", "0"]) == 0
+    assert "spearman(time, similarity)" in capsys.readouterr().out
+    try:
+        import open_clip  # noqa: F401
+    except ImportError:
+        with pytest.raises(SystemExit, match="open_clip_torch"):
+            main(["perception", "goal-sim", "--clip.arch", "ViT-B-32", "--clip.weights", "/nonexistent.pt"])
+
+
+def test_train_clip_then_captioner_from_it(tiny_data, tiny_text, tmp_path):
+    """The two CLI stages: contrastive only, then the heads starting from that folder (`--init`)."""
+    from robo_prm.describe.train import PerceptionTrainConfig, captioner_defaults, clip_defaults, train
+    from robo_prm.describe.weights import load_perception
+
+    data, _ = tiny_data
+    base = dict(data=str(data), text_model=tiny_text, epochs=1, batch=16, hidden=32, embed_dim=16)
+    clip_dir = train(clip_defaults(PerceptionTrainConfig(out=str(tmp_path / "clip"), **base)), progress=False)
+    assert load_perception(clip_dir).net.cfg.embed_dim == 16
+    cap_dir = train(captioner_defaults(PerceptionTrainConfig(out=str(tmp_path / "cap"), init=str(clip_dir), **base)), progress=False)
+    a, b = load_perception(clip_dir).net, load_perception(cap_dir).net
+    assert not torch.equal(a.slots.weight, b.slots.weight)  # the heads trained in the second stage
