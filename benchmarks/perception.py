@@ -1,6 +1,6 @@
 """How well the perception model reads frames: held-out predicates, captions, retrieval, goal-similarity VOC, speed.
 
-    python benchmarks/perception.py --data DIR [--weights DIR] [--episodes 4] [--out benchmarks/results/perception.json]
+    python benchmarks/perception.py --data DIR[,DIR2] [--weights DIR] [--episodes 4] [--out benchmarks/results/perception.json]
 
 On the held-out split of a `robo-prm perception collect` folder (episodes whose seeds the model never saw):
 
@@ -10,6 +10,8 @@ On the held-out split of a `robo-prm perception collect` folder (episodes whose 
   plus per-slot accuracy;
 * text → image retrieval: every distinct held-out caption as a query over all held-out frames; a hit at k
   when one of the k most similar frames has exactly that caption (recall@1, @5);
+* judgement cache: exact-text and nearest-neighbour hit rates of the reward's cache on the held-out pixel
+  descriptions, per `reward.cache_radius`, and how far apart in true rule progress the reused scenes are;
 * VOC: Spearman ρ between time index and CLIP goal similarity (frame vs the task's goal text) on fresh
   scripted-expert episodes, successful ones and failed (perturbed) ones apart; the same for the
   captioner's predicted rule progress;
@@ -97,6 +99,54 @@ def retrieval(out, held, clip) -> dict:
     i2t = np.mean([queries[best[i]] == caps[i] for i in range(len(caps))])
     return {"queries": len(queries), "gallery": len(caps), "text_to_image_recall@1": float(r1),
             "text_to_image_recall@5": float(r5), "image_to_text_recall@1": float(i2t)}
+
+
+RADII = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
+
+
+def cache_reuse(out, held, net, threshold_hazard: float, radii=RADII) -> dict:
+    """How the judgement cache behaves on pixel descriptions (robo_prm/reward/cache.py: exact caption text first,
+    then the nearest stored CLIP embedding within `reward.cache_radius`, a distance between unit vectors).
+
+    Each task's held-out episodes are replayed in order as judged scenes through one cache that, like the
+    reward's, stores only misses. Per radius: the share of scenes answered by an exact-text hit, by a
+    nearest-neighbour hit, and |Δ true rule progress| between the scene and the scene whose judgement is reused
+    (a judge that tracks progress would be off by about that much); exact-text hits give the baseline."""
+    from robo_prm.describe.captioner import PixelCaptioner
+
+    a = held.arrays
+    res = {}
+    for radius in radii:
+        n = exact = nn = 0
+        d_exact, d_nn = [], []
+        for ti, name in enumerate(held.meta["tasks"]):
+            idx = np.flatnonzero(a["task"] == ti)
+            idx = idx[np.lexsort((a["step"][idx], a["episode"][idx]))]
+            cap = PixelCaptioner(load_task(name), net, True, threshold_hazard)
+            texts, rows, feats = {}, [], []
+            for i in idx:
+                text = cap.from_outputs(out, int(i)).text
+                truth = float(a["rule_progress"][i])
+                n += 1
+                if text in texts:
+                    exact += 1
+                    d_exact.append(abs(texts[text] - truth))
+                    continue
+                if feats:
+                    dist = np.linalg.norm(np.stack(feats) - out["embed"][i][None], axis=1)
+                    j = int(np.argmin(dist))
+                    if dist[j] <= radius:
+                        nn += 1
+                        d_nn.append(abs(rows[j] - truth))
+                        continue
+                texts[text] = truth
+                feats.append(out["embed"][i])
+                rows.append(truth)
+        res[f"{radius:g}"] = {"scenes": n, "exact_hit_rate": exact / n, "nn_hit_rate": nn / n,
+                              "exact_abs_dprogress_mean": float(np.mean(d_exact)) if d_exact else None,
+                              "nn_abs_dprogress_mean": float(np.mean(d_nn)) if d_nn else None,
+                              "nn_abs_dprogress_p90": float(np.quantile(d_nn, 0.9)) if d_nn else None}
+    return res
 
 
 def voc(bundle, tasks, episodes: int, seed0: int) -> dict:
@@ -215,6 +265,7 @@ def main(argv=None) -> int:
         "predicates": predicates(out, held, bundle.hazard_threshold),
         "captions": captions(out, held, net, bundle.hazard_threshold),
         "retrieval": retrieval(out, held, bundle.clip()),
+        "cache": cache_reuse(out, held, net, bundle.hazard_threshold),
     }
     result["voc"] = voc(bundle, held.meta["tasks"], args.episodes, args.seed)
     result["speed"] = speed(bundle)
@@ -250,6 +301,12 @@ def table(r: dict) -> str:
               f"| text → image recall@1 ({rt['queries']} distinct captions, {rt['gallery']} frames) | {_f(rt['text_to_image_recall@1'])} |",
               f"| text → image recall@5 | {_f(rt['text_to_image_recall@5'])} |",
               f"| image → text recall@1 | {_f(rt['image_to_text_recall@1'])} |"]
+    if "cache" in r:
+        lines += ["", "| judgement cache on pixel descriptions: `reward.cache_radius` | exact-text hits | NN hits | mean \\|Δ rule progress\\| exact / NN | NN p90 |",
+                  "|---|---:|---:|---:|---:|"]
+        for rad, v in r["cache"].items():
+            lines.append(f"| {rad} | {_f(v['exact_hit_rate'])} | {_f(v['nn_hit_rate'])} | {_f(v['exact_abs_dprogress_mean'], 3)} / "
+                         f"{_f(v['nn_abs_dprogress_mean'], 3)} | {_f(v['nn_abs_dprogress_p90'], 3)} |")
     lines += ["", "| task | VOC goal similarity (successful) | (failed) | VOC pixel rule progress (successful) | (failed) | episodes ok / failed |",
               "|---|---:|---:|---:|---:|---:|"]
     for t, v in r["voc"].items():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -14,9 +15,10 @@ class SceneDescription:
     facts: tuple[str, ...]  # named predicates, e.g. "near_edge(hammer)", "in(glass cup, left_bin)"
     milestones_reached: int | None = None  # None when the task defines no milestones
     milestones_total: int | None = None
-    hazards: tuple[str, ...] = ()  # hazard names whose simulator check holds (ground truth, not shown to the LLM)
-    rule_progress: float | None = None  # the simulator's own progress in [0, 1] (milestones + approach); None if unknown
+    hazards: tuple[str, ...] = ()  # hazard names whose check holds (simulator truth; predicted in pixels mode); not shown to the LLM
+    rule_progress: float | None = None  # the simulator's progress in [0, 1] (milestones + approach; predicted in pixels mode); None if unknown
     features: np.ndarray | None = field(default=None, compare=False, repr=False)  # image/state embedding for NN cache, novelty
+    source: Literal["state", "pixels"] = "state"  # where hazards, milestones, rule_progress came from
 
 
 @dataclass(frozen=True)

@@ -198,6 +198,9 @@ def test_rules_judge(task):
     text_only = SceneDescription("A hammer.", ())
     assert j.judge(task, [text_only])[0].progress == 0.0
     assert j.stats()["calls"] == 5 and j.stats()["fallbacks"] == 0
+    assert "from the simulator" in j.judge(task, SCENES[2:3], explain=True)[0].reason
+    seen = j.judge(task, [dataclasses.replace(SCENES[2], source="pixels")], explain=True)[0].reason
+    assert "camera frame" in seen and "simulator state" in seen and "from the simulator" not in seen  # pixels mode says so
     assert isinstance(j, Judge) and j.judge(task, []) == []
 
 

@@ -5,6 +5,8 @@ Models here are tiny and built in-process (a 1-layer BERT text tower, 64-px fram
 no network. The shipped weights are checked only for loading and shapes."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -116,6 +118,29 @@ def test_collect_writes_labelled_shards(tiny_data):
     keys = meta["predicate_keys"]
     reach = [i for i, k in enumerate(keys) if k.startswith("reach_tool:")]
     assert (a["preds"][a["task"] == 0][:, reach] >= 0).all() and (a["preds"][a["task"] == 1][:, reach] == -1).all()
+
+
+def test_load_frames_merges_folders(tiny_data, tmp_path):
+    import shutil
+
+    from robo_prm.describe.dataset import load_frames
+
+    folder, meta = tiny_data
+    with pytest.raises(ValueError, match="share episode seeds"):
+        load_frames(f"{folder},{folder}")
+    other = tmp_path / "other"  # the same frames as if collected with another --seed
+    other.mkdir()
+    shutil.copy(Path(folder) / "meta.json", other / "meta.json")
+    for shard in sorted(Path(folder).glob("shard_*.npz")):
+        with np.load(shard) as z:
+            arrays = {k: z[k] for k in z.files}
+        arrays["seed"] = arrays["seed"] + 1_000_003
+        np.savez(other / shard.name, **arrays)
+    one, both = load_frames(folder), load_frames([folder, str(other)])
+    assert len(both) == 2 * len(one) and both.meta["frames"] == 2 * meta["frames"]
+    assert both.meta["splits"]["heldout"] == 2 * meta["splits"]["heldout"] == int(both.arrays["heldout"].sum())
+    assert len(set(both.arrays["episode"])) == 2 * len(set(one.arrays["episode"]))  # episode numbers stay distinct
+    assert not set(both.arrays["episode"][both.arrays["heldout"]]) & set(both.arrays["episode"][~both.arrays["heldout"]])
 
 
 def test_train_embed_caption_round_trip(tiny_model, tiny_data, make_env):

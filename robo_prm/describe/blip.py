@@ -44,4 +44,4 @@ class BlipCaptioner:
         return [t.strip() for t in self.processor.batch_decode(ids, skip_special_tokens=True)]
 
     def describe(self, frames: Sequence[np.ndarray]) -> list[SceneDescription]:
-        return [SceneDescription(text=t, facts=()) for t in self.caption(frames)]
+        return [SceneDescription(text=t, facts=(), source="pixels") for t in self.caption(frames)]

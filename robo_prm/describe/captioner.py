@@ -74,4 +74,5 @@ class PixelCaptioner:
             hazards=hazards,
             rule_progress=rule_progress,
             features=out["embed"][i].astype(np.float32),
+            source="pixels",
         )

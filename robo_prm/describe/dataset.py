@@ -231,8 +231,7 @@ class FrameSet:
         return FrameSet(self.meta, {k: v[idx] for k, v in self.arrays.items()})
 
 
-def load_frames(folder: str | Path) -> FrameSet:
-    folder = Path(folder)
+def _load_one(folder: Path) -> FrameSet:
     if not (folder / "meta.json").exists():
         raise FileNotFoundError(f"{folder}: no meta.json (make one with `robo-prm perception collect --out {folder}`)")
     meta = json.loads((folder / "meta.json").read_text())
@@ -242,3 +241,38 @@ def load_frames(folder: str | Path) -> FrameSet:
             for k in z.files:
                 parts.setdefault(k, []).append(z[k])
     return FrameSet(meta, {k: np.concatenate(v) for k, v in parts.items()})
+
+
+_SAME = ("tasks", "predicate_keys", "slot_names", "state_dim", "size")  # what folders must share to be merged
+
+
+def load_frames(folder: str | Path | list) -> FrameSet:
+    """One collected folder, or several ("a,b" or a list) merged into one set: they must hold the same tasks,
+    predicate columns, slots and frame size; each keeps its own held-out split (by its episode seeds, so collect
+    them with different --seed), and episode numbers are offset so they stay distinct."""
+    names = folder.split(",") if isinstance(folder, str) else folder if isinstance(folder, list) else [folder]
+    folders = [Path(f) for f in names if str(f)]
+    sets = [_load_one(f) for f in folders]
+    if len(sets) == 1:
+        return sets[0]
+    first = sets[0].meta
+    for f, fs in zip(folders[1:], sets[1:]):
+        bad = [k for k in _SAME if fs.meta.get(k) != first.get(k)]
+        if bad:
+            raise ValueError(f"{f}: cannot merge with {folders[0]}: different {', '.join(bad)}")
+    seeds = np.concatenate([fs.arrays["seed"] for fs in sets])
+    if len(set(seeds.tolist())) != sum(len(set(fs.arrays["seed"].tolist())) for fs in sets):
+        raise ValueError(f"{folder}: the folders share episode seeds (collect them with different --seed)")
+    arrays: dict[str, list] = {}
+    offset = 0
+    for fs in sets:
+        for k, v in fs.arrays.items():
+            arrays.setdefault(k, []).append(v + offset if k == "episode" else v)
+        offset += int(fs.meta["episodes"])
+    meta = {k: first.get(k) for k in _SAME}
+    meta |= {"folders": [str(f) for f in folders], "config": [fs.meta.get("config") for fs in sets],
+             "frames": sum(fs.meta["frames"] for fs in sets), "episodes": sum(fs.meta["episodes"] for fs in sets),
+             "splits": {s: sum(fs.meta["splits"][s] for fs in sets) for s in first["splits"]},
+             "policies": {p: sum(fs.meta["policies"][p] for fs in sets) for p in first["policies"]},
+             "seconds": round(sum(fs.meta.get("seconds", 0.0) for fs in sets), 1)}
+    return FrameSet(meta, {k: np.concatenate(v) for k, v in arrays.items()})

@@ -1,8 +1,10 @@
-"""The rules judge: what the simulator already knows, as a Judgement.
+"""The rules judge: what the describer already knows (simulator state, or a reading of the frame), as a Judgement.
 
 It is the fallback of every model backend (low confidence, dead server) and a backend of
-its own. Progress = the simulator's continuous `rule_progress` when the describer sets it,
-else the milestone fraction; hazards = the simulator's ground-truth hazard names.
+its own. Progress = the description's continuous `rule_progress` when the describer sets it,
+else the milestone fraction; hazards = the description's hazard names. With the state describer
+both are the simulator's own; with `describe.source: pixels` they are the perception model's
+predictions from the frame (`SceneDescription.source` says which, and so does the reason).
 """
 from __future__ import annotations
 
@@ -23,6 +25,10 @@ def rules_progress(scene: SceneDescription) -> float:
     return 0.0
 
 
+_FROM = {"state": "from the simulator",
+         "pixels": "as the perception model read it from the camera frame (no simulator state)"}
+
+
 class RulesJudge:
     name = "rules"
 
@@ -35,7 +41,7 @@ class RulesJudge:
             reason = None
             if explain:
                 names = ", ".join(scene.hazards) or "none"
-                reason = f"Rules: progress {progress:.2f} from the simulator; hazards: {names}."
+                reason = f"Rules: progress {progress:.2f} {_FROM.get(scene.source, 'from ' + scene.source)}; hazards: {names}."
             out.append(Judgement(progress=progress, confidence=1.0, hazards=hazards, reason=reason,
                                  backend=self.name, latency_ms=(time.perf_counter() - t0) * 1e3))
         return out
