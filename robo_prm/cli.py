@@ -2,7 +2,8 @@
 
     robo-prm train --task push_tool_from_edge --algo sac [--steps N] [--judge.backend rules] ...
     robo-prm train --resume runs/<run>
-    robo-prm replay runs/<run>/episodes/ep_0007 --out ep7.mp4 [--gif] [--summary ep7.png]
+    robo-prm replay runs/<run>/episodes/ep_0007 --out ep7.mp4 [--gif] [--summary ep7.png] [--fps 5]
+    robo-prm replay EP1 EP2 ... --out reel.mp4         # several episodes, one video
     robo-prm enjoy runs/<run> [--episodes 3] [--replay]
     robo-prm eval runs/<run> [--episodes 20]
     robo-prm tasks list | show NAME|FILE | validate FILE | render NAME|FILE --out x.png
@@ -74,11 +75,11 @@ def cmd_train(args, extra: list[str]) -> int:
     print(json.dumps(summary, indent=1))
     print(f"run directory: {run_dir}")
     if args.replay:
-        eps = sorted((run_dir / "eval").glob("step_*/ep_*"))
-        if eps:
-            out = run_dir / "replay.mp4"
-            _replay(eps[-1], out, gif=False, summary=run_dir / "replay_summary.png")
-            print(f"replay video: {out}")
+        from robo_prm.train.showcase import record_showcase
+
+        out = record_showcase(run_dir)
+        if out is not None:
+            print(f"replay video: {out} (episodes in {run_dir / 'showcase'})")
     return 0
 
 
@@ -94,25 +95,34 @@ def _task_train_config(task: str | None, algo: str | None) -> str | None:
 
 
 # ---- replay ------------------------------------------------------------------------
-def _replay(episode_dir: Path, out: Path, gif: bool, summary: Path | None):
+def _replay(episode_dir: Path, out: Path, gif: bool, summary: Path | None, fps: float | None = None):
     from robo_prm.replay.episode import load_episode
     from robo_prm.replay.plots import render_summary_png
     from robo_prm.replay.video import render_episode
 
     ep = load_episode(episode_dir)
-    written = render_episode(ep, out, gif=gif)
+    written = render_episode(ep, out, fps=fps, gif=gif)
     if summary:
         written.append(render_summary_png(ep, summary))
     return written
 
 
 def cmd_replay(args, extra) -> int:
-    from robo_prm.replay.episode import EpisodeError
+    from robo_prm.replay.episode import EpisodeError, load_episode
+    from robo_prm.replay.video import render_reel
 
     if extra:
         raise CliError(f"unknown option '{extra[0]}'")
+    if args.fps is not None and not args.fps > 0:
+        raise CliError(f"--fps must be positive, got {args.fps}")
+    out = Path(args.out)
     try:
-        written = _replay(Path(args.episode), Path(args.out), args.gif, Path(args.summary) if args.summary else None)
+        if len(args.episode) > 1:
+            if args.gif or args.summary or out.suffix.lower() == ".gif":
+                raise CliError("--gif, --summary and .gif take one episode; several episodes make one MP4")
+            written = [render_reel([load_episode(Path(e)) for e in args.episode], out, fps=args.fps, hold_s=1.0)]
+        else:
+            written = _replay(Path(args.episode[0]), out, args.gif, Path(args.summary) if args.summary else None, args.fps)
     except EpisodeError as exc:
         raise CliError(str(exc)) from None
     for p in written:
@@ -133,7 +143,7 @@ def cmd_eval(args, extra) -> int:
     from robo_prm.train.rollouts import run_episodes, summarize
 
     cfg, task, policy = _load_run(args.run)
-    results = run_episodes(policy, task, cfg, args.episodes, seed=args.seed)
+    results = run_episodes(policy, task, cfg, range(args.seed, args.seed + args.episodes))
     summary = summarize(results)
     print(f"{'seed':>6} {'success':>8} {'return':>8} {'hazards':>8} {'steps':>6}")
     for r in results:
@@ -151,7 +161,7 @@ def cmd_enjoy(args, extra) -> int:
     cfg, task, policy = _load_run(args.run)
     out_dir = Path(args.out or Path(args.run) / "enjoy")
     judge = make_judge(cfg.judge)
-    results = run_episodes(policy, task, cfg, args.episodes, seed=args.seed, judge=judge, record_dir=out_dir, n_record=args.episodes, run=Path(args.run).name)
+    results = run_episodes(policy, task, cfg, range(args.seed, args.seed + args.episodes), judge=judge, record_dir=out_dir, n_record=args.episodes, run=Path(args.run).name)
     for r in results:
         line = f"seed {r.seed}: success={r.success} hazard_events={r.hazard_events} steps={r.steps} → {r.path}"
         if args.replay and r.path:
@@ -236,12 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", help="torch device (default cpu)")
     t.add_argument("--config", help="train config YAML, or a name under robo_prm/configs/train/")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
-    t.add_argument("--replay", action="store_true", help="write replay.mp4 of the last evaluation episode")
+    t.add_argument("--replay", action="store_true", help="write replay.mp4: a success, a hazard and a failure of the final policy, with the judge's reasons")
     t.set_defaults(func=cmd_train)
 
     r = sub.add_parser("replay", help="episode folder → video with the judge's score, reason and hazards")
-    r.add_argument("episode", help="an episode folder (runs/<run>/episodes/ep_0007)")
+    r.add_argument("episode", nargs="+", help="an episode folder (runs/<run>/episodes/ep_0007); several make one MP4")
     r.add_argument("--out", required=True, help="output .mp4 (H.264) or .gif")
+    r.add_argument("--fps", type=float, help="env steps per second of video (default: the recorded control rate)")
     r.add_argument("--gif", action="store_true", help="also write a GIF next to the MP4")
     r.add_argument("--summary", help="also write a PNG plot of progress, reward terms and hazards")
     r.set_defaults(func=cmd_replay)

@@ -24,7 +24,8 @@ def cli(*args, cwd=None, check=True):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
-    cli("train", "--task", "reach_tool", "--algo", "sac", "--steps", 150, "--seed", 3, "--runs_dir", runs, "--run_name", "tiny", *TINY)
+    cli("train", "--task", "reach_tool", "--algo", "sac", "--steps", 150, "--seed", 3, "--runs_dir", runs, "--run_name", "tiny", *TINY, "--eval.episodes", 2,
+        "--replay")
     return runs / "tiny"
 
 
@@ -75,6 +76,27 @@ def test_replay_writes_a_decodable_mp4_with_an_overlay(run_dir, tmp_path):
     assert (tmp_path / "ep.png").stat().st_size > 1000
 
 
+def test_train_replay_joins_the_showcase_episodes_into_one_video(run_dir):
+    shown = sorted((run_dir / "showcase").iterdir())
+    assert 1 <= len(shown) <= 2  # the picks among the 2 evaluation seeds
+    steps = [json.loads(line) for ep in shown for line in (ep / "steps.jsonl").read_text().splitlines()]
+    assert steps and steps[0]["judgement"]["reason"]  # recorded with the judge's reasons
+    cap = cv2.VideoCapture(str(run_dir / "replay.mp4"))
+    fps, n = cap.get(cv2.CAP_PROP_FPS), int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+    held = round(1.5 * fps)  # each ending held 1.5 s
+    assert fps == pytest.approx(5, abs=0.01) and n == len(steps) + len(shown) * (1 + held)
+    assert (run_dir / "replay_summary.png").stat().st_size > 1000
+
+
+def test_replay_of_several_episodes_is_one_mp4(run_dir, tmp_path):
+    eps = sorted((run_dir / "episodes").iterdir())[:2]
+    out = tmp_path / "two.mp4"
+    cli("replay", *eps, "--out", out, "--fps", 10)
+    frames = sum(len((ep / "steps.jsonl").read_text().splitlines()) + 1 for ep in eps)
+    cap = cv2.VideoCapture(str(out))
+    assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == frames + 2 * 10  # plus 1 s hold after each
+
+
 def test_enjoy_records_judged_episodes_with_reasons(run_dir, tmp_path):
     p = cli("enjoy", run_dir, "--episodes", 1, "--out", tmp_path / "enjoy")
     assert "success=" in p.stdout
@@ -91,6 +113,8 @@ def test_enjoy_records_judged_episodes_with_reasons(run_dir, tmp_path):
         (["train", "--algo", "dqn"], "invalid choice"),
         (["eval", "/no/such/run"], "no such run directory"),
         (["replay", "/no/such/episode", "--out", "x.mp4"], "no/such/episode"),
+        (["replay", "a", "b", "--out", "x.gif"], "several episodes make one MP4"),
+        (["replay", "a", "--out", "x.mp4", "--fps", "0"], "--fps must be positive"),
         (["tasks", "validate", "/no/such.yaml"], "file not found"),
     ],
 )

@@ -450,3 +450,13 @@ def test_default_judge_is_the_shipped_fine_tuned_one(tmp_path, monkeypatch):
     assert resolve_finetuned(JudgeConfig(model="/my/model.gguf")).model == "/my/model.gguf"
     hf = resolve_finetuned(JudgeConfig(backend="transformers"))
     assert hf.model is None and hf.transformers.adapter.endswith("judge_lora")
+
+
+def test_evaluate_judge_zero_shot_row_is_the_base_model():
+    # A None model with the default finetuned=True resolves to the shipped fine-tuned judge: the
+    # held-out table's zero-shot row once measured the fine-tuned model this way.
+    from robo_prm.finetune.cli import zero_shot_judge_config
+    from robo_prm.judge import resolve_finetuned
+
+    cfg = resolve_finetuned(zero_shot_judge_config(threads=1))
+    assert cfg.model is None and cfg.transformers.calibrator is None and cfg.confidence_threshold == 0.0

@@ -18,6 +18,7 @@ from robo_prm.replay import (
     load_episode,
     render_episode,
     render_frame,
+    render_reel,
     render_summary_png,
 )
 from robo_prm.replay import video as video_mod
@@ -166,6 +167,29 @@ def test_mp4_has_every_frame_and_the_overlay(episode_dir, tmp_path, caplog):
     # the encoded frame is the overlay (lossy codec: close, not equal), and frames come in order
     assert np.abs(frames[5].astype(int) - expected).mean() < 6
     assert np.abs(frames[5].astype(int) - render_frame(ep, 9)).mean() > np.abs(frames[5].astype(int) - expected).mean()
+
+
+def test_reel_plays_episodes_in_order_and_holds_each_ending(tmp_path):
+    a = load_episode(write_episode(tmp_path / "a", seed=1))
+    b = load_episode(write_episode(tmp_path / "b", seed=2))
+    b = dataclasses.replace(b, frames=255 - b.frames)  # a scene unlike a's, so the order is checkable
+    out = render_reel([a, b], tmp_path / "reel.mp4", fps=4, hold_s=0.5)  # hold: 2 frames at 4 fps
+    frames = _read_video(out)
+    assert len(frames) == a.num_frames + 2 + b.num_frames + 2
+    close = lambda f, ep, t: np.abs(f.astype(int) - render_frame(ep, t)).mean() < 6  # noqa: E731
+    last_a = a.num_frames - 1
+    assert close(frames[0], a, 0) and close(frames[last_a + 2], a, last_a)  # a's ending, held
+    assert close(frames[last_a + 3], b, 0) and close(frames[-1], b, b.num_frames - 1)
+    assert not close(frames[last_a + 3], a, 0)  # b really is the second episode, not a again
+    cap = cv2.VideoCapture(str(out))
+    assert cap.get(cv2.CAP_PROP_FPS) == pytest.approx(4, abs=0.01)
+
+
+def test_reel_rejects_mixed_frame_sizes(tmp_path, episode_dir):
+    small = load_episode(episode_dir)
+    big = dataclasses.replace(small, frames=np.zeros((small.num_frames, 32, 32, 3), np.uint8))
+    with pytest.raises(ValueError, match="different frame sizes"):
+        render_reel([small, big], tmp_path / "x.mp4")
 
 
 def _red_pixels(img: np.ndarray) -> int:

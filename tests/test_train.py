@@ -42,3 +42,17 @@ def test_ppo_trains_on_two_envs_with_the_rules_judge(tmp_path):
 def test_baseline_rewards_train_without_a_judge(tmp_path, source):
     run = train(_cfg(tmp_path, reward_source=source, steps=200))
     assert "judge" not in json.loads((run / "summary.json").read_text())
+
+
+def test_showcase_picks_a_success_a_hazard_and_a_failure():
+    from robo_prm.train.rollouts import EpisodeResult
+    from robo_prm.train.showcase import pick_showcase
+
+    def ep(seed, success, hazard_steps=0):
+        return EpisodeResult(seed, success, float(success), 0, 10, hazard_steps)
+
+    results = [ep(1, False), ep(2, True), ep(3, True), ep(4, True, hazard_steps=3), ep(5, False, hazard_steps=1)]
+    assert pick_showcase(results) == [2, 4, 1]
+    assert pick_showcase(results, k=5) == [2, 4, 1, 3, 5]
+    assert pick_showcase([ep(1, True, 2), ep(2, True)]) == [1, 2]  # one episode can be the success and the hazard
+    assert pick_showcase([]) == []

@@ -53,6 +53,13 @@ def lora_judge_config(adapter: str | None, gguf: str | None = None, backend: str
                        transformers=TransformersConfig(calibrator=calibrator))
 
 
+def zero_shot_judge_config(model: str | None = None, threads: int = 1):
+    """Raw config of the base model, never the shipped fine-tuned one (a None model would resolve to it)."""
+    from robo_prm.judge import JudgeConfig
+
+    return JudgeConfig(model=model, finetuned=False, confidence_threshold=0.0, hazards_from="llm", n_threads=threads)
+
+
 # ---- label ---------------------------------------------------------------------------
 def cmd_label(args, extra) -> int:
     if extra:
@@ -170,8 +177,7 @@ def cmd_evaluate(args, extra) -> int:
         elif name == "minilm-cosine":
             run(name, CosineJudge(), hazards=False)
         elif name == "zero-shot":
-            run(name, make_judge(JudgeConfig(confidence_threshold=0.0, hazards_from="llm", n_threads=args.threads,
-                                             model=args.base_model)))
+            run(name, make_judge(zero_shot_judge_config(args.base_model, args.threads)))
         elif name in ("lora", "lora+cal"):
             continue
         elif name == "distilled":

@@ -20,7 +20,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import cv2
 import numpy as np
@@ -350,11 +350,7 @@ def render_episode(
     written: list[Path] = []
 
     if out_path.suffix.lower() != ".gif":
-        lay = _Layout.make(hw, width, compact=False)
-        r = _Renderer(episode, lay)
-        codec = _write_mp4(r.frames, out_path, lay.size, fps)
-        log.info("wrote %s (%s, %d frames, %dx%d)", out_path, codec, episode.num_frames, *lay.size)
-        written.append(out_path)
+        written.append(render_reel([episode], out_path, fps, width))
 
     if gif or out_path.suffix.lower() == ".gif":
         gif_path = out_path.with_suffix(".gif")
@@ -366,3 +362,33 @@ def render_episode(
         _write_gif([r.frame(t) for t in ts], gif_path, fps / stride)
         written.append(gif_path)
     return written
+
+
+def render_reel(episodes: Sequence[Episode], out_path: str | Path, fps: float | None = None,
+                width: int = MIN_SCENE_WIDTH, hold_s: float = 0.0) -> Path:
+    """Several episodes one after another in one MP4, each with its own overlay and progress strip;
+    each episode's last frame is held hold_s seconds so a viewer sees how it ended. fps defaults to
+    the first episode's recorded fps."""
+    if not episodes:
+        raise ValueError("render_reel: no episodes")
+    sizes = {tuple(ep.frames.shape[1:3]) for ep in episodes}
+    if len(sizes) > 1:
+        raise ValueError(f"render_reel: episodes have different frame sizes {sorted(sizes)}")
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fps = float(fps or episodes[0].meta.fps or 20.0)
+    lay = _Layout.make(sizes.pop(), width, compact=False)
+    hold = int(round(hold_s * fps))
+
+    def frames() -> Iterator[np.ndarray]:
+        for ep in episodes:
+            frame = None
+            for frame in _Renderer(ep, lay).frames():
+                yield frame
+            for _ in range(hold):
+                yield frame
+
+    codec = _write_mp4(frames, out_path, lay.size, fps)
+    n = sum(ep.num_frames + hold for ep in episodes)
+    log.info("wrote %s (%s, %d episode(s), %d frames, %dx%d)", out_path, codec, len(episodes), n, *lay.size)
+    return out_path

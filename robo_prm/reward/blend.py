@@ -26,7 +26,7 @@ class BlendedReward:
     def __init__(self, task: Task, judge, cfg: RewardConfig, n_envs: int = 1, fallback_judge=None):
         self.task, self.judge, self.cfg, self.n = task, judge, cfg, n_envs
         self.fallback_judge = fallback_judge
-        self.gamma = 0.99 if cfg.gamma is None else cfg.gamma  # None outside `train`: SB3's default discount
+        self.gamma = cfg.shaping_gamma()
         center = cfg.progress == "raw" if cfg.center is None else cfg.center
         self.z = RunningZScore(cfg.ema, cfg.clip, center=center)
         self.novelty = CountNovelty(shift=-1.0 if cfg.novelty == "count" else 0.0)

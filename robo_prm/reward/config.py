@@ -44,6 +44,11 @@ class RewardConfig:
     cache_radius: float = 0.05  # feature distance under which a cached judgement is reused
     cache_size: int = 50_000
 
+    def shaping_gamma(self, learner_gamma: float = 0.99) -> float:
+        """γ of the potential shaping: `gamma`, or with `gamma: null` the learner's discount (SB3's
+        default 0.99 where no learner is known, e.g. the wrapper used outside `robo-prm train`)."""
+        return float(learner_gamma if self.gamma is None else self.gamma)
+
     def __post_init__(self):
         if self.judge_every < 1:
             raise ValueError("judge_every must be at least 1")

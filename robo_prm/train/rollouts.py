@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -22,6 +22,7 @@ class EpisodeResult:
     env_return: float
     hazard_events: int  # hazard onsets (a hazard switching on), per the task's hazard checks
     steps: int
+    hazard_steps: int = 0  # steps on which any hazard check held (including hazards present from the start)
     path: str | None = None
 
 
@@ -40,8 +41,7 @@ def run_episodes(
     policy: Callable[[np.ndarray], np.ndarray],
     task: Task,
     cfg: TrainConfig,
-    episodes: int,
-    seed: int,
+    seeds: Sequence[int],
     judge=None,
     record_dir: Path | None = None,
     n_record: int = 0,
@@ -49,21 +49,21 @@ def run_episodes(
     env_steps: int = 0,
     prefix: str = "ep",
 ) -> list[EpisodeResult]:
-    """Seeds are seed, seed+1, …; the first n_record episodes are judged with reasons and written."""
+    """One episode per seed; the first n_record are judged with reasons and written to record_dir/{prefix}_{k:04d}."""
     render = record_dir is not None and n_record > 0
     env = make_tidy_env(task, cfg, render=render, reward_mode="sparse")
     judged = LLMRewardWrapper(env, judge, cfg.reward, task) if (judge is not None and render) else None
     results = []
     try:
-        for k in range(episodes):
+        for k, seed in enumerate(seeds):
             recording = render and k < n_record
             e = judged if (recording and judged is not None) else env
             if judged is not None:
                 judged.blend.explain[0] = recording
-            obs, info = e.reset(seed=seed + k)
+            obs, info = e.reset(seed=seed)
             writer = None
             if recording:
-                writer = EpisodeWriter(record_dir / f"{prefix}_{k:04d}", episode_meta(task, run, cfg.algo, seed + k, env_steps), overwrite=True)
+                writer = EpisodeWriter(record_dir / f"{prefix}_{k:04d}", episode_meta(task, run, cfg.algo, seed, env_steps), overwrite=True)
                 writer.add_frame(env.render())
             start_hazards = tuple(info.get("hazards", ()))
             hazards, ret, t, done = [], 0.0, 0, False
@@ -79,7 +79,8 @@ def run_episodes(
                 t += 1
                 done = term or trunc
             path = str(writer.close()) if writer is not None else None
-            results.append(EpisodeResult(seed + k, bool(info.get("is_success")), ret, hazard_onsets(hazards, start_hazards), t, path))
+            results.append(EpisodeResult(seed, bool(info.get("is_success")), ret, hazard_onsets(hazards, start_hazards), t,
+                                         sum(1 for h in hazards if h), path))
     finally:
         env.close()
     return results

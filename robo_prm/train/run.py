@@ -55,7 +55,7 @@ class EvalEvery(BaseCallback):
         blend = find_blend(self.training_env)
         policy = lambda obs: self.model.predict(obs, deterministic=True)[0]  # noqa: E731
         results = run_episodes(
-            policy, self.task, self.cfg, self.cfg.eval.episodes, seed=10_000 + self.cfg.seed,
+            policy, self.task, self.cfg, eval_seeds(self.cfg),
             judge=blend.judge if blend is not None else None,
             record_dir=self.out_dir / f"step_{self.num_timesteps:09d}", n_record=self.cfg.eval.record,
             run=self.run, env_steps=self.num_timesteps,
@@ -66,6 +66,11 @@ class EvalEvery(BaseCallback):
         self.logger.record("eval/hazard_events_per_episode", summary["hazard_events_per_episode"])
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / "eval_history.json").write_text(json.dumps(self.history, indent=1))
+
+
+def eval_seeds(cfg: TrainConfig) -> range:
+    """Evaluation seeds: 10,000 above the run's seed, away from the seeds the training envs start from."""
+    return range(10_000 + cfg.seed, 10_000 + cfg.seed + cfg.eval.episodes)
 
 
 def run_name(cfg: TrainConfig, task_name: str) -> str:
@@ -80,9 +85,8 @@ def _seed_everything(seed: int):
 
 def sync_gamma(cfg: TrainConfig) -> TrainConfig:
     """`reward.gamma: null` asks potential shaping to discount like the learner."""
-    if cfg.reward.gamma is None:
-        algo_gamma = {**DEFAULTS[cfg.algo], **(cfg.sac if cfg.algo == "sac" else cfg.ppo)}.get("gamma", 0.99)
-        cfg.reward.gamma = float(algo_gamma)
+    algo_kwargs = {**DEFAULTS[cfg.algo], **(cfg.sac if cfg.algo == "sac" else cfg.ppo)}
+    cfg.reward.gamma = cfg.reward.shaping_gamma(algo_kwargs.get("gamma", 0.99))
     return cfg
 
 
