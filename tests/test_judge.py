@@ -460,3 +460,15 @@ def test_evaluate_judge_zero_shot_row_is_the_base_model():
 
     cfg = resolve_finetuned(zero_shot_judge_config(threads=1))
     assert cfg.model is None and cfg.transformers.calibrator is None and cfg.confidence_threshold == 0.0
+
+
+def test_tidy_reason_drops_greedy_loops():
+    from robo_prm.judge.parse import tidy_reason
+
+    loop = ("The gripper is moving fast and is not stopping. The task is not finished. The task is not finished. "
+            "The task is not finished. The task is not finished. The task is not finished")
+    assert tidy_reason(loop) == "The gripper is moving fast and is not stopping. The task is not finished."
+    assert tidy_reason("The hammer is near. The task") == "The hammer is near. The task"  # a new sentence cut short stays
+    assert tidy_reason("Close to the hammer. Close to the") == "Close to the hammer."
+    assert tidy_reason("No loop here, one sentence") == "No loop here, one sentence"
+    assert tidy_reason(None) is None and tidy_reason("") == ""

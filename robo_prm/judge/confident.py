@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from robo_prm.judge.backends.rules import RulesJudge
 from robo_prm.judge.base import Backend, Scored
 from robo_prm.judge.config import JudgeConfig
+from robo_prm.judge.parse import tidy_reason
 from robo_prm.judge.prompt import severity, task_key, task_spec
 from robo_prm.judge.scoring import summarize
 from robo_prm.types import HazardReport, Judgement, SceneDescription
@@ -123,10 +124,11 @@ class ConfidentJudge:
         if self.calibrator is not None:
             progress = self.calibrator(progress)
         llm_hazards = tuple(HazardReport(n, severity(task, n), float(p)) for n, p in s.hazards.items())
+        reason = tidy_reason(s.reason)
         if conf < self.cfg.confidence_threshold:
-            return self._fallback(rules, mode, s.latency_ms, (conf, llm_hazards, s.reason))
+            return self._fallback(rules, mode, s.latency_ms, (conf, llm_hazards, reason))
         return Judgement(progress=progress, confidence=conf, hazards=merge_hazards(llm_hazards, rules.hazards, mode),
-                         reason=s.reason, backend=self.name, latency_ms=s.latency_ms)
+                         reason=reason, backend=self.name, latency_ms=s.latency_ms)
 
     def _fallback(self, rules: Judgement, mode: str, latency_ms: float,
                   llm: tuple[float, tuple[HazardReport, ...], str | None] | None) -> Judgement:

@@ -117,3 +117,26 @@ def match_hazards(found: Iterable[str], known: dict[str, str]) -> tuple[str, ...
                 if name not in out:
                     out.append(name)
     return tuple(out)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def tidy_reason(text: str | None) -> str | None:
+    """Drop the loops greedy decoding of a small model falls into ("The task is not finished." five
+    times): a sentence already said, and a cut-off tail that only restarts an earlier sentence."""
+    if not text:
+        return text
+    kept: list[str] = []
+    seen: set[str] = set()
+    parts = _SENTENCE_END.split(text.strip())
+    for i, sentence in enumerate(parts):
+        key = sentence.lower().rstrip(".!? ")
+        if not key or key in seen:
+            continue
+        last_unfinished = i == len(parts) - 1 and sentence[-1:] not in ".!?"
+        if last_unfinished and any(k.startswith(key) for k in seen):
+            continue
+        seen.add(key)
+        kept.append(sentence)
+    return " ".join(kept) or None
