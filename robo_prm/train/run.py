@@ -133,6 +133,8 @@ def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_e
         summary["judge"] = blend.stats()
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
     venv.close()
+    if blend is not None and hasattr(blend.judge, "close"):
+        blend.judge.close()  # train made it; free the model before anything after training loads another
     return run_dir
 
 
