@@ -105,14 +105,18 @@ RADII = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
 
 
 def cache_reuse(out, held, net, threshold_hazard: float, radii=RADII) -> dict:
-    """How the judgement cache behaves on pixel descriptions (robo_prm/reward/cache.py: exact caption text first,
-    then the nearest stored CLIP embedding within `reward.cache_radius`, a distance between unit vectors).
+    """How the reward's judgement cache (robo_prm/reward/cache.py: exact caption text first, then the nearest
+    stored CLIP embedding within `reward.cache_radius`, a distance between unit vectors) behaves on pixel
+    descriptions.
 
-    Each task's held-out episodes are replayed in order as judged scenes through one cache that, like the
-    reward's, stores only misses. Per radius: the share of scenes answered by an exact-text hit, by a
-    nearest-neighbour hit, and |Δ true rule progress| between the scene and the scene whose judgement is reused
-    (a judge that tracks progress would be off by about that much); exact-text hits give the baseline."""
+    Each task's held-out episodes are replayed in order as judged scenes through one JudgementCache per task, as
+    in training; a miss stores the scene's true rule progress as its judgement. Per radius: the share of scenes
+    answered by an exact-text hit, by a nearest-neighbour hit, and |Δ true rule progress| between the scene and
+    the scene whose judgement is reused (a judge that tracks progress would be off by about that much);
+    exact-text hits give the baseline."""
     from robo_prm.describe.captioner import PixelCaptioner
+    from robo_prm.reward.cache import JudgementCache
+    from robo_prm.types import Judgement
 
     a = held.arrays
     res = {}
@@ -123,25 +127,21 @@ def cache_reuse(out, held, net, threshold_hazard: float, radii=RADII) -> dict:
             idx = np.flatnonzero(a["task"] == ti)
             idx = idx[np.lexsort((a["step"][idx], a["episode"][idx]))]
             cap = PixelCaptioner(load_task(name), net, True, threshold_hazard)
-            texts, rows, feats = {}, [], []
+            cache = JudgementCache(radius=radius, max_features=len(idx))
             for i in idx:
-                text = cap.from_outputs(out, int(i)).text
+                scene = cap.from_outputs(out, int(i))
                 truth = float(a["rule_progress"][i])
                 n += 1
-                if text in texts:
+                was_exact = cache.hits_exact
+                hit = cache.get(name, scene)
+                if hit is None:
+                    cache.put(name, scene, Judgement(progress=truth, confidence=1.0, backend="truth"))
+                elif cache.hits_exact > was_exact:
                     exact += 1
-                    d_exact.append(abs(texts[text] - truth))
-                    continue
-                if feats:
-                    dist = np.linalg.norm(np.stack(feats) - out["embed"][i][None], axis=1)
-                    j = int(np.argmin(dist))
-                    if dist[j] <= radius:
-                        nn += 1
-                        d_nn.append(abs(rows[j] - truth))
-                        continue
-                texts[text] = truth
-                feats.append(out["embed"][i])
-                rows.append(truth)
+                    d_exact.append(abs(hit.progress - truth))
+                else:
+                    nn += 1
+                    d_nn.append(abs(hit.progress - truth))
         res[f"{radius:g}"] = {"scenes": n, "exact_hit_rate": exact / n, "nn_hit_rate": nn / n,
                               "exact_abs_dprogress_mean": float(np.mean(d_exact)) if d_exact else None,
                               "nn_abs_dprogress_mean": float(np.mean(d_nn)) if d_nn else None,
