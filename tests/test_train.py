@@ -56,3 +56,14 @@ def test_showcase_picks_a_success_a_hazard_and_a_failure():
     assert pick_showcase(results, k=5) == [2, 4, 1, 3, 5]
     assert pick_showcase([ep(1, True, 2), ep(2, True)]) == [1, 2]  # one episode can be the success and the hazard
     assert pick_showcase([]) == []
+
+
+def test_null_reward_gamma_follows_the_learner():
+    from robo_prm.config import TrainConfig
+    from robo_prm.reward import RewardConfig
+    from robo_prm.train.run import sync_gamma
+
+    assert sync_gamma(TrainConfig(algo="sac", reward=RewardConfig(gamma=None))).reward.gamma == 0.95  # DEFAULTS["sac"]
+    assert sync_gamma(TrainConfig(algo="ppo", ppo={"gamma": 0.9}, reward=RewardConfig(gamma=None))).reward.gamma == 0.9
+    assert sync_gamma(TrainConfig(algo="sac", reward=RewardConfig(gamma=1.0))).reward.gamma == 1.0  # set: kept
+    assert RewardConfig(gamma=None).shaping_gamma() == 0.99  # outside `train`: SB3's default discount

@@ -85,8 +85,8 @@ def _seed_everything(seed: int):
 
 def sync_gamma(cfg: TrainConfig) -> TrainConfig:
     """`reward.gamma: null` asks potential shaping to discount like the learner."""
-    algo_kwargs = {**DEFAULTS[cfg.algo], **(cfg.sac if cfg.algo == "sac" else cfg.ppo)}
-    cfg.reward.gamma = cfg.reward.shaping_gamma(algo_kwargs.get("gamma", 0.99))
+    algo_kwargs = {**DEFAULTS[cfg.algo], **(cfg.sac if cfg.algo == "sac" else cfg.ppo)}  # DEFAULTS set gamma
+    cfg.reward.gamma = cfg.reward.shaping_gamma(algo_kwargs["gamma"])
     return cfg
 
 
