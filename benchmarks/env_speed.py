@@ -4,7 +4,7 @@
 
 Per shipped task, with uniform random actions (reset when an episode ends, resets included in the time):
 
-* steps/s, no rendering, with the scene description in `info` (`describe=True`, the default) and without;
+* steps/s, no rendering, with the scene description in `info` (behind `DescribeWrapper`, as training runs) and without;
 * frames/s: one `step` + one `render()` per frame (rgb_array) at 128 and 224 px, MuJoCo GL backend as in
   `MUJOCO_GL` (robo_prm defaults it to egl);
 * descriptions/s: `StateCaptioner` called on one stored `SceneState` (the state after `reset(seed=0)`).
@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 import robo_prm  # noqa: F401  (sets MUJOCO_GL before mujoco is imported)
-from robo_prm.describe.state_captioner import StateCaptioner
-from robo_prm.task import shipped_tasks
+from robo_prm.describe import DescribeWrapper, StateCaptioner
+from robo_prm.envs.task import shipped_tasks
 
 RENDER_SIZES = (128, 224)
 
@@ -62,14 +62,14 @@ def bench_task(task: str, seconds: float) -> dict:
     out: dict = {}
     rng = np.random.default_rng(0)
     for describe in (True, False):
-        env = robo_prm.make_env(task, describe=describe)
+        env = DescribeWrapper(robo_prm.make_env(task)) if describe else robo_prm.make_env(task)
         out[f"steps_per_s_describe_{'on' if describe else 'off'}"] = _best_rate(_stepper(env, rng), seconds)
         env.close()
     for size in RENDER_SIZES:
         env = robo_prm.make_env(task, render_mode="rgb_array", width=size, height=size)
         out[f"frames_per_s_{size}px"] = _best_rate(_stepper(env, rng, render=True), seconds)
         env.close()
-    env = robo_prm.make_env(task, describe=False)
+    env = robo_prm.make_env(task)
     env.reset(seed=0)
     state = env.unwrapped.scene_state
     captioner = StateCaptioner(env.unwrapped.task)
@@ -90,7 +90,7 @@ def cpu_model() -> str:
 
 def gl_renderer() -> str:
     """The OpenGL renderer behind MUJOCO_GL (egl on a CPU-only machine is Mesa llvmpipe)."""
-    env = robo_prm.make_env("reach_tool", render_mode="rgb_array", width=16, height=16, describe=False)
+    env = robo_prm.make_env("reach_tool", render_mode="rgb_array", width=16, height=16)
     try:
         env.reset(seed=0)
         env.render()

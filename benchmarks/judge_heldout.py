@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from robo_prm.cli import build_parser
-from robo_prm.finetune.artifacts import models_dir, shipped_adapter, shipped_calibrator, shipped_distilled
+from robo_prm.judge.weights import models_dir, shipped_adapter, shipped_calibrator, shipped_distilled
 
 OUT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "judge_heldout.json"
 

@@ -33,7 +33,7 @@ from scipy.stats import spearmanr
 import robo_prm
 from robo_prm.envs.experts import ScriptedExpert, rollout
 from robo_prm.judge import JudgeConfig, make_judge
-from robo_prm.task import shipped_tasks
+from robo_prm.envs.task import shipped_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "judge_quality.json"
@@ -75,7 +75,7 @@ def evaluate(judge, task, eps, stride: int):
     vocs, tp, fp, fn = [], 0, 0, 0
     for scenes in eps:
         scenes = scenes[::stride]
-        out = judge.judge(task, scenes)
+        out = judge.judge(task.text, scenes)
         vocs.append(voc([j.progress for j in out]))
         for scene, j in zip(scenes, out):
             pred, true = set(j.hazard_names()), set(scene.hazards)
@@ -91,7 +91,7 @@ def main():
     ap.add_argument("--stride", type=int, default=2, help="judge every n-th step of an episode")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    from robo_prm.task import load_task
+    from robo_prm.envs.task import load_task
 
     rows = []
     data = {t: episodes(t, args.episodes, args.seed) for t in shipped_tasks()}

@@ -50,8 +50,9 @@ def scenes(n: int, seed: int = 0):
         import gymnasium as gym
 
         import robo_prm  # noqa: F401  (registers the envs)
+        from robo_prm.describe import DescribeWrapper
 
-        env = gym.make("robo_prm/PushToolFromEdge-v0")
+        env = DescribeWrapper(gym.make("robo_prm/PushToolFromEdge-v0"))
         env.reset(seed=seed)
         env.action_space.seed(seed)
         out, seen = [], set()
@@ -80,9 +81,9 @@ def run_row(name: str, n: int, threads: int) -> dict:
 
     torch.set_num_threads(threads)
     from robo_prm.judge import JudgeConfig, make_judge
-    from robo_prm.task import load_task
+    from robo_prm.envs.task import load_task
 
-    task = load_task(TASK)
+    task = load_task(TASK).text
     data, source = scenes(n)
     t0 = time.perf_counter()
     judge = make_judge(JudgeConfig(n_threads=threads, **ROWS[name][0]))
@@ -113,13 +114,14 @@ def run_rollout(steps: int, threads: int) -> dict:
 
     torch.set_num_threads(threads)
     import robo_prm  # noqa: F401
+    from robo_prm.describe import DescribeWrapper
     from robo_prm.judge import JudgeConfig, make_judge
     from robo_prm.reward import LLMRewardWrapper, RewardConfig
 
     out = {}
     for task_name, env_id in (("reach_tool", "robo_prm/ReachTool-v0"), (TASK, "robo_prm/PushToolFromEdge-v0")):
         judge = make_judge(JudgeConfig(n_threads=threads))
-        env = LLMRewardWrapper(gym.make(env_id), judge, RewardConfig())
+        env = LLMRewardWrapper(DescribeWrapper(gym.make(env_id)), judge, RewardConfig())
         env.reset(seed=0)
         env.action_space.seed(0)
         t0 = time.perf_counter()

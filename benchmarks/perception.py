@@ -35,11 +35,11 @@ import numpy as np
 import torch
 
 import robo_prm  # noqa: F401  (sets MUJOCO_GL)
-from robo_prm.describe.dataset import load_frames
-from robo_prm.describe.slots import slot_names
-from robo_prm.describe.train import caption_matches, predict
-from robo_prm.describe.weights import load_perception
-from robo_prm.task import load_task
+from robo_prm.perception.dataset import load_frames
+from robo_prm.perception.slots import slot_names
+from robo_prm.perception.train import caption_matches, predict
+from robo_prm.perception.weights import load_perception
+from robo_prm.envs.task import load_task
 
 
 def prf(pred: np.ndarray, true: np.ndarray) -> dict:
@@ -114,7 +114,7 @@ def cache_reuse(out, held, net, threshold_hazard: float, radii=RADII) -> dict:
     answered by an exact-text hit, by a nearest-neighbour hit, and |Δ true rule progress| between the scene and
     the scene whose judgement is reused (a judge that tracks progress would be off by about that much);
     exact-text hits give the baseline."""
-    from robo_prm.describe.captioner import PixelCaptioner
+    from robo_prm.perception.captioner import PixelCaptioner
     from robo_prm.reward.cache import JudgementCache
     from robo_prm.types import Judgement
 
@@ -152,7 +152,7 @@ def cache_reuse(out, held, net, threshold_hazard: float, radii=RADII) -> dict:
 def voc(bundle, tasks, episodes: int, seed0: int) -> dict:
     from scipy.stats import spearmanr
 
-    from robo_prm.describe.clip import goal_similarity
+    from robo_prm.perception.weights import goal_similarity
     from robo_prm.envs.experts import ScriptedExpert, rollout
     from robo_prm.envs.tidy_env import TidyTableEnv
 
@@ -161,7 +161,7 @@ def voc(bundle, tasks, episodes: int, seed0: int) -> dict:
     res = {}
     for name in tasks:
         task = load_task(name)
-        env = TidyTableEnv(task, render_mode="rgb_array", width=size, height=size, describe=False)
+        env = TidyTableEnv(task, render_mode="rgb_array", width=size, height=size)
         cap = bundle.captioner(task)
         rows = {"success": [], "failed": []}
         try:
@@ -189,12 +189,12 @@ def voc(bundle, tasks, episodes: int, seed0: int) -> dict:
 
 
 def speed(bundle, task_name: str = "tidy_table", n: int = 60) -> dict:
-    from robo_prm.describe.pixels import PixelDescriber
+    from robo_prm.describe import DescribeWrapper
     from robo_prm.envs.tidy_env import TidyTableEnv
 
     size = bundle.net.cfg.size
     task = load_task(task_name)
-    env = TidyTableEnv(task, render_mode="rgb_array", width=size, height=size, describe=False)
+    env = TidyTableEnv(task, render_mode="rgb_array", width=size, height=size)
     cap = bundle.captioner(task)
     clip = bundle.clip()
     env.reset(seed=0)
@@ -220,9 +220,9 @@ def speed(bundle, task_name: str = "tidy_table", n: int = 60) -> dict:
     rng = np.random.default_rng(0)
     for mode in ("state", "pixels"):
         if mode == "state":
-            e = TidyTableEnv(task, describe=True)
+            e = DescribeWrapper(TidyTableEnv(task))
         else:
-            e = PixelDescriber(TidyTableEnv(task, render_mode="rgb_array", width=size, height=size, describe=False), cap, every=4)
+            e = DescribeWrapper(TidyTableEnv(task, render_mode="rgb_array", width=size, height=size), cap, every=4)
         e.reset(seed=0)
         t0, steps = time.perf_counter(), 0
         while time.perf_counter() - t0 < 4.0:

@@ -17,33 +17,11 @@ import logging
 import sys
 from pathlib import Path
 
-from robo_prm.config_io import ConfigError
+from robo_prm.config_io import ConfigError, parse_overrides
 
 
 class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
-
-
-def _split_overrides(extra: list[str]) -> dict[str, str]:
-    """['--judge.backend', 'rules', '--reward.judge_every=8'] → {'judge.backend': 'rules', 'reward.judge_every': '8'}."""
-    from robo_prm.config import parse_value
-
-    out: dict = {}
-    i = 0
-    while i < len(extra):
-        arg = extra[i]
-        if not arg.startswith("--"):
-            raise CliError(f"unexpected argument '{arg}' (config fields are set as --field VALUE or --section.field VALUE)")
-        if "=" in arg:
-            key, value = arg[2:].split("=", 1)
-            i += 1
-        else:
-            if i + 1 >= len(extra):
-                raise CliError(f"option '{arg}' needs a value")
-            key, value = arg[2:], extra[i + 1]
-            i += 2
-        out[key] = parse_value(value)
-    return out
 
 
 # ---- train -------------------------------------------------------------------------
@@ -58,14 +36,14 @@ def cmd_train(args, extra: list[str]) -> int:
             raise CliError(f"{args.resume}: no such run directory")
         run_dir = resume(Path(args.resume), args.steps)
     else:
-        overrides = _split_overrides(extra)
+        overrides = parse_overrides(extra)
         for key in ("task", "algo", "steps", "seed", "device"):
             value = getattr(args, key)
             if value is not None:
                 overrides[key] = value
         config = args.config or _task_train_config(overrides.get("task"), overrides.get("algo"))
         cfg = load_train_config(config, overrides)
-        from robo_prm.task import load_task
+        from robo_prm.envs.task import load_task
         from robo_prm.train.run import sync_gamma
 
         load_task(cfg.task)
@@ -174,7 +152,7 @@ def cmd_enjoy(args, extra) -> int:
 
 # ---- tasks -------------------------------------------------------------------------
 def cmd_tasks(args, extra) -> int:
-    from robo_prm.task import load_task, shipped_tasks
+    from robo_prm.envs.task import load_task, shipped_tasks
 
     if extra:
         raise CliError(f"unknown option '{extra[0]}'")
@@ -195,7 +173,7 @@ def cmd_tasks(args, extra) -> int:
     if args.action == "show":
         from robo_prm.judge.prompt import task_text
 
-        print(task_text(task))
+        print(task_text(task.text))
         return 0
     if args.action == "render":
         return _render_task(task, args)
@@ -206,10 +184,11 @@ def _render_task(task, args) -> int:
     import cv2
     import numpy as np
 
+    from robo_prm.describe import DescribeWrapper
     from robo_prm.envs.tidy_env import TidyTableEnv
     from robo_prm.replay.draw import put, wrap
 
-    env = TidyTableEnv(task, render_mode="rgb_array", width=args.size, height=args.size)
+    env = DescribeWrapper(TidyTableEnv(task, render_mode="rgb_array", width=args.size, height=args.size))
     try:
         _, info = env.reset(seed=args.seed)
         frame = env.render()
@@ -277,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(func=cmd_tasks)
     from robo_prm.finetune.cli import add_finetune_commands
     add_finetune_commands(sub)
-    from robo_prm.describe.cli import add_perception_commands
+    from robo_prm.perception.cli import add_perception_commands
     add_perception_commands(sub)
     return p
 

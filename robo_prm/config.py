@@ -57,17 +57,7 @@ class TrainConfig:
 
 
 def train_configs_dir() -> Path:
-    return Path(str(resources.files("robo_prm") / "configs" / "train"))
-
-
-def parse_value(text: str) -> Any:
-    """CLI values are YAML scalars: 8 → int, 0.5 → float, true → bool, rules → str."""
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+    return Path(str(resources.files("robo_prm.configs") / "train"))
 
 
 def load_train_config(path: str | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:

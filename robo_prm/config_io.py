@@ -37,10 +37,6 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", str(tp).replace("typing.", ""))
-
-
 def _convert(value: Any, tp: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -167,6 +163,34 @@ def merge(base: dict, override: dict) -> dict:
             out[k] = merge(out[k], v)
         else:
             out[k] = v
+    return out
+
+
+def parse_value(text: str) -> Any:
+    """CLI values are YAML scalars: 8 → int, 0.5 → float, true → bool, rules → str."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def parse_overrides(extra: list[str]) -> dict[str, Any]:
+    """['--judge.backend', 'rules', '--reward.judge_every=8'] → {'judge.backend': 'rules', 'reward.judge_every': 8}."""
+    out: dict = {}
+    i = 0
+    while i < len(extra):
+        arg = extra[i]
+        if not arg.startswith("--"):
+            raise ConfigError(f"unexpected argument '{arg}' (config fields are set as --field VALUE or --section.field VALUE)")
+        if "=" in arg:
+            key, value = arg[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(extra):
+                raise ConfigError(f"option '{arg}' needs a value")
+            key, value = arg[2:], extra[i + 1]
+            i += 2
+        out[key] = parse_value(value)
     return out
 
 

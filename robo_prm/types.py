@@ -1,10 +1,78 @@
-"""Dataclasses that cross stage boundaries: env → describe → judge → reward → SB3 → replay."""
+"""Dataclasses that cross stage boundaries: env → describe → judge → reward → SB3 → replay.
+
+    SceneState, TaskStatus   env → describe        (what the simulator knows, what the task checks)
+    TaskText                 task file → judge     (the words the judge reads; no predicates)
+    SceneDescription         describe → judge      (text, facts, features)
+    Judgement                judge → reward        (progress, confidence, hazards, reason)
+    RewardBreakdown          reward → SB3, replay  (every term, weight and the total)
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class ObjectState:
+    pos: np.ndarray  # (3,) origin of the body (its grasp point)
+    vel: np.ndarray  # (3,) linear velocity, m/s
+    up: np.ndarray  # (3,) the body's z axis in world coordinates (upright cup: ~[0, 0, 1])
+    quat: np.ndarray  # (4,)
+    fingers_touching: int  # 0, 1 or 2 fingers in contact
+
+
+@dataclass(frozen=True)
+class SceneState:
+    """A read-only snapshot of the simulator, taken once per step (robo_prm.envs.state.snapshot)."""
+
+    gripper_pos: np.ndarray  # (3,) grip site
+    gripper_vel: np.ndarray  # (3,)
+    gripper_width: float  # distance between the fingers' joints, 0 (closed) … ~0.1 (open)
+    objects: dict[str, ObjectState]
+
+    def position(self, name: str) -> np.ndarray:
+        return self.gripper_pos if name == "gripper" else self.objects[name].pos
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """Every check of a task evaluated once on one state (ManiSkill's `evaluate()`): the env puts
+    it in info["status"]; the describer, the rules judge and the dense reward read it."""
+
+    success: bool
+    milestones: tuple[bool, ...]
+    hazards: tuple[str, ...]  # names of the hazard checks that hold
+    reached: int  # cumulative milestone count: 1 + index of the last milestone that holds
+    rule_progress: float  # the simulator's progress in [0, 1]
+
+
+@dataclass(frozen=True)
+class HazardText:
+    name: str
+    text: str  # in words, for the judge
+    severity: float  # 0..1; the safety penalty is severity × weight
+    checked: bool = False  # the simulator has a check for it (the judge is not shown the check)
+
+
+@dataclass(frozen=True)
+class TaskText:
+    """What a judge reads of a task: the text half of a task file, nothing the simulator checks."""
+
+    name: str
+    background: str
+    goal: str
+    dimensions: tuple[str, ...]
+    hazards: tuple[HazardText, ...] = ()
+
+    @property
+    def key(self) -> tuple:
+        """Everything of the task a prompt depends on: the cache key of a task's prompt prefix."""
+        return (self.name, self.background, self.goal, self.dimensions, tuple((h.name, h.text) for h in self.hazards))
+
+    def severity(self, hazard: str) -> float:
+        return next((h.severity for h in self.hazards if h.name == hazard), 0.0)
 
 
 @dataclass(frozen=True)

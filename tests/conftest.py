@@ -9,11 +9,16 @@ import robo_prm
 
 @pytest.fixture
 def make_env():
-    """`make_env(task, **kwargs)` like robo_prm.make_env; every env made is closed at teardown."""
+    """`make_env(task, describe=True, **kwargs)`: robo_prm.make_env behind the describe stage
+    (`DescribeWrapper` with the state captioner) unless describe=False; every env made is
+    closed at teardown."""
+    from robo_prm.describe import DescribeWrapper
+
     made = []
 
-    def _make(task, **kwargs):
+    def _make(task, describe: bool = True, **kwargs):
         env = robo_prm.make_env(str(task), **kwargs)
+        env = DescribeWrapper(env) if describe else env
         made.append(env)
         return env
 

@@ -10,8 +10,8 @@ import pytest
 import robo_prm
 from robo_prm.describe.state_captioner import StateCaptioner, describe_state, distance_words
 from robo_prm.envs.experts import ScriptedExpert
-from robo_prm.envs.state import SceneState
-from robo_prm.task import load_task
+from robo_prm.envs.state import SceneState, snapshot
+from robo_prm.envs.task import load_task
 
 # reset(seed=k) → description text, per shipped task. Generated once, read, then frozen.
 RESET_TEXTS = {
@@ -109,7 +109,9 @@ PLACED = {
 @pytest.fixture(scope="module")
 def tidy():
     env = robo_prm.make_env("tidy_table")
-    yield env.unwrapped
+    tidy = env.unwrapped
+    tidy.captioner = StateCaptioner(tidy.task)  # the describer DescribeWrapper would use
+    yield tidy
     env.close()
 
 
@@ -144,7 +146,7 @@ def test_tipped_cup(tidy):
     tidy.data.qpos[q : q + 3] = (1.35, 0.82, 0.424)
     tidy.data.qpos[q + 3 : q + 7] = (np.cos(np.pi / 4), np.sin(np.pi / 4), 0.0, 0.0)
     mujoco.mj_forward(tidy.model, tidy.data)
-    d = tidy.captioner(SceneState.from_sim(tidy.model, tidy.data))
+    d = tidy.captioner(snapshot(tidy.model, tidy.data))
     assert "The glass cup lies tipped over in the middle of the table." in d.text
     assert "tipped(glass cup)" in d.facts and d.hazards == ("cup_tipped",)
 
@@ -154,7 +156,7 @@ def test_place_words_come_from_the_task(make_env):
     env = make_env("push_tool_from_edge")
     env.reset(seed=0)
     s = env.unwrapped.place("tool0", (1.22, 0.52, 0.426))
-    assert env.unwrapped.captioner(s).text == "The gripper is closed, 30 cm from the hammer. The hammer lies in the left bin. Milestones reached: 2 of 2."
+    assert env.describer(s).text == "The gripper is closed, 30 cm from the hammer. The hammer lies in the left bin. Milestones reached: 2 of 2."
 
 
 # ---- a scripted episode: held objects, movement, milestones ------------------------------------------

@@ -13,10 +13,11 @@ from gymnasium.utils.passive_env_checker import env_render_passive_checker
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import robo_prm
+from robo_prm.describe import DescribeWrapper
 from robo_prm.envs import env_id
 from robo_prm.envs.scene import OBJECTS, PARKED_XY
 from robo_prm.envs.tidy_env import TidyTableEnv
-from robo_prm.task import load_task, shipped_tasks
+from robo_prm.envs.task import load_task, shipped_tasks
 
 TASK_IDS = [eid for eid in robo_prm.REGISTERED_IDS if eid != "robo_prm/Tidy-v0"]
 
@@ -75,7 +76,7 @@ def test_sb3_check_env(eid):
 
 
 def _run(eid: str, seed: int, actions: np.ndarray) -> list:
-    env = gymnasium.make(eid)
+    env = DescribeWrapper(gymnasium.make(eid))
     try:
         obs, info = env.reset(seed=seed)
         trace = [(obs, None, info["description"].text, info["description"].facts, info["predicates"], info["hazards"])]
@@ -115,7 +116,7 @@ def test_pickle_roundtrip(eid):
         np.testing.assert_array_equal(obs0, obs1)
         obs, reward, terminated, truncated, info = clone.step(clone.action_space.sample())
         assert clone.observation_space.contains(obs)
-        assert isinstance(reward, float) and "description" in info
+        assert isinstance(reward, float) and info["status"].success == info["is_success"]
     finally:
         clone.close()
         env.close()

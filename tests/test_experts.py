@@ -33,7 +33,7 @@ def _rate(env, expert, seeds) -> tuple[int, list[int]]:
 
 @pytest.mark.parametrize("task", list(PLANS))
 def test_clean_expert_success_rate(make_env, task):
-    env = make_env(task, describe=False)
+    env = make_env(task)
     seeds = SEEDS.get(task, DEFAULT_SEEDS)
     wins, _ = _rate(env, ScriptedExpert(env), seeds)
     assert wins >= len(seeds) - 1, f"{task}: {wins}/{len(seeds)}"
@@ -41,7 +41,7 @@ def test_clean_expert_success_rate(make_env, task):
 
 @pytest.mark.parametrize("task", list(PLANS))
 def test_perturbed_expert_fails_more_often(make_env, task):
-    env = make_env(task, describe=False)
+    env = make_env(task)
     seeds = range(2) if task == "tidy_table" else DEFAULT_SEEDS  # a perturbed tidy_table episode runs all 300 steps
     clean, clean_len = _rate(env, ScriptedExpert(env), seeds)
     noisy, noisy_len = _rate(env, ScriptedExpert(env, perturb=0.5, seed=0), seeds)
@@ -69,7 +69,7 @@ def test_clean_episode_contract(make_env):
 
 
 def test_push_expert_clears_the_edge_hazard(make_env):
-    env = make_env("push_tool_from_edge", describe=False)
+    env = make_env("push_tool_from_edge")
     infos, _, _, ok = rollout(env, ScriptedExpert(env), 0)
     assert ok
     assert infos[0]["hazards"] == ("tool_near_edge",)  # starts 3-4.5 cm from the front edge
@@ -77,14 +77,14 @@ def test_push_expert_clears_the_edge_hazard(make_env):
 
 
 def test_rollout_with_frames(make_env):
-    env = make_env("reach_tool", render_mode="rgb_array", width=64, height=64, describe=False)
+    env = make_env("reach_tool", render_mode="rgb_array", width=64, height=64)
     infos, actions, frames, ok = rollout(env, ScriptedExpert(env), 0, render=True)
     assert ok and len(frames) == len(actions) + 1
     assert all(f.shape == (64, 64, 3) and f.dtype == np.uint8 for f in frames)
 
 
 def test_perturbed_expert_is_reproducible(make_env):
-    env = make_env("push_tool_from_edge", describe=False)
+    env = make_env("push_tool_from_edge")
     a = rollout(env, ScriptedExpert(env, perturb=0.5, noise=0.1, seed=3), 1)[1]
     b = rollout(env, ScriptedExpert(env, perturb=0.5, noise=0.1, seed=3), 1)[1]
     np.testing.assert_array_equal(np.array(a), np.array(b))

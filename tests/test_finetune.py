@@ -15,7 +15,7 @@ from robo_prm.finetune.calibrate import ece, fit_calibrator, isotonic_fit, save_
 from robo_prm.finetune.labels import (WORD_SWAPS, Label, label_states, progress_to_target, read_labels, rollout_states,
                                       target_to_digit, task_variants, text_of, write_labels)
 from robo_prm.judge.scoring import Calibrator
-from robo_prm.task import load_task
+from robo_prm.envs.task import load_task
 
 
 
@@ -43,8 +43,8 @@ def test_label_round_trip(tmp_path):
     back = read_labels(tmp_path / "l.jsonl")
     assert back == labs
     assert read_labels(tmp_path / "l.jsonl", split="heldout") == labs[-1:]
-    assert back[-1].task_spec().goal == load_task("reach_tool").spec.goal
-    assert back[0].task_spec().hazards[0].name == "tool_near_edge"
+    assert back[-1].judge_text().goal == load_task("reach_tool").spec.goal
+    assert back[0].judge_text().hazards[0].name == "tool_near_edge"
     assert [target_to_digit(progress_to_target(p)) for p in (0.0, 0.5, 1.0)] == [0, 4, 9]  # round(4.5) → 4 (banker's)
     with pytest.raises(ValueError):
         Label(task="t", scene="s", target=11.0, task_file="reach_tool")
@@ -91,7 +91,7 @@ def test_lora_prefix_cache_matches_full_prompt_and_a_step_changes_scores(tiny_mo
     assert q.sum() == pytest.approx(1.0) and np.dot(q, np.arange(10)) == pytest.approx(4.5, abs=1e-6)
     labs = _labels(6)
     tr = LoraTrainer(LoraTrainConfig(model=tiny_model, lr=5e-2, threads=1))
-    spec = labs[0].task_spec()
+    spec = labs[0].judge_text()
     before = tr.backend.score(spec, [_Scene(lab.scene) for lab in labs[:3]], hazards=[], explain=False)
     info = tr.train(labs, log_every=1, echo=lambda *_: None)
     assert info["steps"] == 1 and np.isfinite(info["final_loss"])
@@ -112,7 +112,7 @@ def test_lora_delta_and_gguf_permutation_match_peft_and_transformers(tiny_model,
     from transformers import AutoModelForCausalLM
     from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
 
-    from robo_prm.finetune.merge import lora_deltas, merge_tensor, permute_rows
+    from robo_prm.judge.merge import lora_deltas, merge_tensor, permute_rows
 
     base = AutoModelForCausalLM.from_pretrained(tiny_model)
     w0 = {n: p.detach().clone() for n, p in base.named_parameters()}
@@ -176,7 +176,7 @@ def test_distilled_model_save_load_and_backend(tmp_path):
     backend = DistilledBackend(tmp_path / "d", embed=Embedder(_hash_embed))
     judge = ConfidentJudge(backend, JudgeConfig(confidence_threshold=0.0))
     scenes = [SceneDescription(text=lab.scene, facts=()) for lab in labs[:3]]
-    out = judge.judge(labs[0].task_spec(), scenes)
+    out = judge.judge(labs[0].judge_text(), scenes)
     from robo_prm.finetune.distill import features
 
     direct = model.predict(features(Embedder(_hash_embed), [s.text for s in scenes], [labs[0].task_text["goal"]] * 3))

@@ -19,7 +19,7 @@ from robo_prm.judge.confident import merge_hazards
 from robo_prm.judge.parse import match_hazards, parse_answer
 from robo_prm.judge.prompt import build_prompt, chatml, jinja_renderer, load_template, scene_text, template_names
 from robo_prm.judge.scoring import Calibrator, digit_ids, digit_probs, summarize, vote_histogram, yes_no_ids
-from robo_prm.task import load_task, shipped_tasks
+from robo_prm.envs.task import load_task, shipped_tasks
 from robo_prm.types import HazardReport, SceneDescription
 
 torch.set_num_threads(1)
@@ -163,7 +163,7 @@ def test_parser_reason_and_hazards():
 @pytest.mark.parametrize("render", [chatml, jinja_renderer(SMOL_TEMPLATE)], ids=["chatml", "jinja"])
 def test_templates_fill_with_shipped_task(name, render):
     task = load_task(name)
-    p = build_prompt(task, render)
+    p = build_prompt(task.text, render)
     s = task.spec
     for text in [s.background.strip(), s.goal.strip(), *s.dimensions, *(h.text for h in s.hazards)]:
         assert text in p.prefix
@@ -190,18 +190,18 @@ def test_every_template_file_is_used():
 # ---- rules and the confidence fallback ---------------------------------------------------
 def test_rules_judge(task):
     j = make_judge(JudgeConfig(backend="rules"))
-    a, b, c = j.judge(task, SCENES)
+    a, b, c = j.judge(task.text, SCENES)
     assert (a.progress, b.progress, c.progress) == (0.0, 0.5, 1.0)  # milestones, milestones, rule_progress
     assert a.hazards == (HazardReport("tool_near_edge", 0.5, 1.0),) and b.hazards[0].severity == 1.0
     assert a.confidence == 1.0 and not a.fallback and a.reason is None
-    assert "tool_fell" in j.judge(task, SCENES[1:2], explain=True)[0].reason
+    assert "tool_fell" in j.judge(task.text, SCENES[1:2], explain=True)[0].reason
     text_only = SceneDescription("A hammer.", ())
-    assert j.judge(task, [text_only])[0].progress == 0.0
+    assert j.judge(task.text, [text_only])[0].progress == 0.0
     assert j.stats()["calls"] == 5 and j.stats()["fallbacks"] == 0
-    assert "from the simulator" in j.judge(task, SCENES[2:3], explain=True)[0].reason
-    seen = j.judge(task, [dataclasses.replace(SCENES[2], source="pixels")], explain=True)[0].reason
+    assert "from the simulator" in j.judge(task.text, SCENES[2:3], explain=True)[0].reason
+    seen = j.judge(task.text, [dataclasses.replace(SCENES[2], source="pixels")], explain=True)[0].reason
     assert "camera frame" in seen and "simulator state" in seen and "from the simulator" not in seen  # pixels mode says so
-    assert isinstance(j, Judge) and j.judge(task, []) == []
+    assert isinstance(j, Judge) and j.judge(task.text, []) == []
 
 
 def test_openai_top_logprobs_skip_a_lone_space():
@@ -239,11 +239,11 @@ class _Fixed:
 def test_low_confidence_falls_back_to_rules_and_is_counted(task):
     sure = np.eye(10)[6]
     j = ConfidentJudge(_Fixed(sure), JudgeConfig(confidence_threshold=1.01))
-    out = j.judge(task, SCENES)
+    out = j.judge(task.text, SCENES)
     assert all(o.fallback for o in out) and [o.progress for o in out] == [0.0, 0.5, 1.0]
     assert j.stats()["fallbacks"] == 3 and j.stats()["calls"] == 3 and j.stats()["mean_latency_ms"] > 0
     j = ConfidentJudge(_Fixed(sure), JudgeConfig(confidence_threshold=0.7))
-    out = j.judge(task, SCENES)
+    out = j.judge(task.text, SCENES)
     assert not any(o.fallback for o in out) and out[0].progress == pytest.approx(6 / 9) and out[0].confidence == 1.0
     assert j.stats()["fallbacks"] == 0
 
@@ -251,7 +251,7 @@ def test_low_confidence_falls_back_to_rules_and_is_counted(task):
 def test_backend_error_falls_back_without_raising(task, caplog):
     backend = _Fixed(fail=True)
     j = ConfidentJudge(backend, JudgeConfig(hazards_from="llm"))
-    out = j.judge(task, SCENES, explain=True)
+    out = j.judge(task.text, SCENES, explain=True)
     assert all(o.fallback for o in out) and out[1].hazard_names() == ("tool_fell",)  # rules stand in for the LLM
     assert "LLM unavailable" in out[0].reason
     assert "server gone" in caplog.text and j.stats()["errors"] == 1
@@ -267,9 +267,9 @@ def test_backend_error_falls_back_without_raising(task, caplog):
 ])
 def test_hazards_from(task, mode, expected):
     j = ConfidentJudge(_Fixed(np.eye(10)[3], {"tool_near_edge": 0.2, "tool_fell": 0.9}), JudgeConfig(hazards_from=mode))
-    [out] = j.judge(task, SCENES[:1])
+    [out] = j.judge(task.text, SCENES[:1])
     assert {h.name: h.probability for h in out.hazards} == expected
-    assert all(h.severity == task.severity(h.name) for h in out.hazards)
+    assert all(h.severity == task.text.severity(h.name) for h in out.hazards)
 
 
 def test_auto_asks_the_llm_only_about_hazards_without_a_check(task):
@@ -277,12 +277,12 @@ def test_auto_asks_the_llm_only_about_hazards_without_a_check(task):
 
     spec = copy.deepcopy(task.spec)
     spec.hazards[1].check = None  # tool_fell now exists only in words
-    from robo_prm.task import Task
+    from robo_prm.envs.task import Task
 
     words_only = Task(spec)
-    assert hazards_to_ask(words_only, "auto") == ["tool_fell"] and hazards_to_ask(words_only, "union") == ["tool_near_edge", "tool_fell"]
+    assert hazards_to_ask(words_only.text, "auto") == ["tool_fell"] and hazards_to_ask(words_only.text, "union") == ["tool_near_edge", "tool_fell"]
     j = ConfidentJudge(_Fixed(np.eye(10)[3], {"tool_near_edge": 0.2, "tool_fell": 0.9}), JudgeConfig(hazards_from="auto"))
-    [out] = j.judge(words_only, SCENES[:1])
+    [out] = j.judge(words_only.text, SCENES[:1])
     assert {h.name: h.probability for h in out.hazards} == {"tool_near_edge": 1.0, "tool_fell": 0.9}
 
 
@@ -291,7 +291,7 @@ def test_equal_scene_text_reuses_the_model_answer_but_not_the_rules(task):
     j = ConfidentJudge(backend, JudgeConfig(confidence_threshold=1.01))
     a = SceneDescription(text="same words", facts=(), rule_progress=0.2)
     b = SceneDescription(text="same words", facts=(), rule_progress=0.7)
-    out = j.judge(task, [a]) + j.judge(task, [b])
+    out = j.judge(task.text, [a]) + j.judge(task.text, [b])
     assert backend.calls == 1 and j.stats()["answer_cache_hits"] == 1
     assert [o.progress for o in out] == [0.2, 0.7]  # the fallback still reads each state
 
@@ -323,7 +323,7 @@ def tiny_model(tiny_llama):
 def test_transformers_backend_expected_score_on_flat_model(task, tiny_model):
     _, flat, n_vocab = tiny_model
     j = make_judge(JudgeConfig(backend="transformers", model=flat, confidence_threshold=0.0, hazards_from="union"))
-    out = j.judge(task, SCENES)
+    out = j.judge(task.text, SCENES)
     for o in out:  # uniform next-token distribution: E[digit] = 4.5, agreement 0.3, digit share 10/V
         assert o.progress == pytest.approx(0.5, abs=1e-9)
         assert o.confidence == pytest.approx(0.3 * 10 / n_vocab, rel=1e-6)
@@ -337,8 +337,8 @@ def test_transformers_backend_matches_a_direct_forward_pass(task, tiny_model):
     j = make_judge(JudgeConfig(backend="transformers", model=folder, confidence_threshold=0.0, hazards_from="union",
                                transformers=TransformersConfig(batch_size=4)))
     b = j.backend
-    scored = b.score(task, SCENES, hazards=ALL_HAZARDS, explain=False)
-    _, prefix, tail, digits, hz = b._task(task)
+    scored = b.score(task.text, SCENES, hazards=ALL_HAZARDS, explain=False)
+    _, prefix, tail, digits, hz = b._task(task.text)
     for scene, s in zip(SCENES, scored):
         ids = torch.tensor([prefix + b.tokenize(scene.text) + tail])
         with torch.no_grad():
@@ -347,10 +347,10 @@ def test_transformers_backend_matches_a_direct_forward_pass(task, tiny_model):
         assert s.digit_mass == pytest.approx(p[digits].sum(), rel=1e-4)
         assert set(s.hazards) == {"tool_near_edge", "tool_fell"} and all(0 <= v <= 1 for v in s.hazards.values())
     # left padding does not change a row: batch of 3 (different lengths) vs one by one
-    one = [b.score(task, [sc], hazards=[], explain=False)[0].digits for sc in SCENES]
+    one = [b.score(task.text, [sc], hazards=[], explain=False)[0].digits for sc in SCENES]
     assert all(np.allclose(a.digits, o, atol=1e-6) for a, o in zip(scored, one))
-    [e] = j.judge(task, SCENES[:1], explain=True)
-    assert isinstance(e.reason, str) and j.judge(task, SCENES[:1])[0].reason is None
+    [e] = j.judge(task.text, SCENES[:1], explain=True)
+    assert isinstance(e.reason, str) and j.judge(task.text, SCENES[:1])[0].reason is None
 
 
 def test_transformers_backend_with_lora_adapter_and_calibrator(task, tiny_model, tmp_path):
@@ -367,10 +367,10 @@ def test_transformers_backend_with_lora_adapter_and_calibrator(task, tiny_model,
     tuned = make_judge(JudgeConfig(backend="transformers", model=folder, confidence_threshold=0.0,
                                    transformers=TransformersConfig(adapter=str(tmp_path / "adapter"),
                                                                    calibrator=str(tmp_path / "cal.json"))))
-    a = plain.backend.score(task, SCENES[:1], hazards=[], explain=False)[0]
-    b = tuned.backend.score(task, SCENES[:1], hazards=[], explain=False)[0]
+    a = plain.backend.score(task.text, SCENES[:1], hazards=[], explain=False)[0]
+    b = tuned.backend.score(task.text, SCENES[:1], hazards=[], explain=False)[0]
     assert np.abs(a.digits - b.digits).max() > 1e-6
-    [j] = tuned.judge(task, SCENES[:1])
+    [j] = tuned.judge(task.text, SCENES[:1])
     assert j.progress == pytest.approx(0.5 * summarize(b.digits, b.digit_mass)[0])
 
 
@@ -384,8 +384,8 @@ def bundled():
 
 
 def test_bundled_judge_scores_scenes_deterministically(task, bundled):
-    first = bundled.judge(task, SCENES)
-    second = bundled.judge(task, SCENES)
+    first = bundled.judge(task.text, SCENES)
+    second = bundled.judge(task.text, SCENES)
     for a, b in zip(first, second):
         assert 0.0 <= a.progress <= 1.0 and 0.0 <= a.confidence <= 1.0
         assert a.progress == b.progress and a.confidence == b.confidence and a.hazards == b.hazards
@@ -396,14 +396,14 @@ def test_bundled_judge_scores_scenes_deterministically(task, bundled):
 
 def test_prefix_reuse_equals_full_evaluation(task, bundled):
     b = bundled.backend
-    tt = b._task(task)
+    tt = b._task(task.text)
     for scene in SCENES:  # splitting the prompt for reuse does not change its tokens
         assert tt.prefix + b.tokenize(scene_text(scene)) + tt.score_tail + [tt.digits[0]] == \
             b.tokenize(tt.prompt.score_prompt(scene) + " 0", bos=True)
-    reused = b.score(task, SCENES, hazards=ALL_HAZARDS, explain=False)
+    reused = b.score(task.text, SCENES, hazards=ALL_HAZARDS, explain=False)
     b.cfg = dataclasses.replace(b.cfg, prefix_reuse=False)
     try:
-        full = b.score(task, SCENES, hazards=ALL_HAZARDS, explain=False)
+        full = b.score(task.text, SCENES, hazards=ALL_HAZARDS, explain=False)
     finally:
         b.cfg = dataclasses.replace(b.cfg, prefix_reuse=True)
     for r, f in zip(reused, full):
@@ -413,16 +413,16 @@ def test_prefix_reuse_equals_full_evaluation(task, bundled):
 
 def test_switching_tasks_restores_the_saved_prefix(task, bundled):
     other = load_task("reach_tool")
-    before = bundled.backend.score(task, SCENES[:1], hazards=[], explain=False)[0].digits
-    bundled.backend.score(other, SCENES[:1], hazards=[], explain=False)  # evicts the prefix from the context
-    after = bundled.backend.score(task, SCENES[:1], hazards=[], explain=False)[0].digits
+    before = bundled.backend.score(task.text, SCENES[:1], hazards=[], explain=False)[0].digits
+    bundled.backend.score(other.text, SCENES[:1], hazards=[], explain=False)  # evicts the prefix from the context
+    after = bundled.backend.score(task.text, SCENES[:1], hazards=[], explain=False)[0].digits
     assert np.abs(before - after).max() < 1e-4
 
 
 def test_bundled_judge_explains_only_on_request(task, bundled):
-    [j] = bundled.judge(task, SCENES[:1], explain=True)
+    [j] = bundled.judge(task.text, SCENES[:1], explain=True)
     assert isinstance(j.reason, str) and "\n" not in j.reason
-    [k] = bundled.judge(task, SCENES[:1])
+    [k] = bundled.judge(task.text, SCENES[:1])
     assert k.reason is None and k.progress == j.progress
 
 
@@ -432,8 +432,8 @@ def test_transformers_on_the_bundled_gguf_agrees_with_llamacpp(task, bundled):
     (llama.cpp runs Q4_1 weights with 8-bit activations, transformers the fp32 dequantised ones)."""
     pytest.importorskip("gguf")
     hf = make_judge(JudgeConfig(backend="transformers", confidence_threshold=0.0, finetuned=False))
-    a = hf.backend.score(task, SCENES, hazards=ALL_HAZARDS, explain=False)
-    b = bundled.backend.score(task, SCENES, hazards=ALL_HAZARDS, explain=False)
+    a = hf.backend.score(task.text, SCENES, hazards=ALL_HAZARDS, explain=False)
+    b = bundled.backend.score(task.text, SCENES, hazards=ALL_HAZARDS, explain=False)
     for x, y in zip(a, b):
         assert np.abs(x.digits - y.digits).max() < 0.05 and abs(x.digit_mass - y.digit_mass) < 0.05
         assert all(abs(x.hazards[k] - y.hazards[k]) < 0.05 for k in y.hazards)

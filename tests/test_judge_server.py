@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from robo_prm.judge import JudgeConfig, OpenAIConfig, bundled_model_path, make_judge
-from robo_prm.task import load_task
+from robo_prm.envs.task import load_task
 from robo_prm.types import SceneDescription
 
 SCENES = [
@@ -73,13 +73,13 @@ def server(tmp_path_factory):
 def test_openai_backend_judges_with_logprobs(server):
     task = load_task("push_tool_from_edge")
     judge = make_judge(JudgeConfig(backend="openai", openai=OpenAIConfig(base_url=server), confidence_threshold=0.0, hazards_from="union"))
-    out = judge.judge(task, SCENES)
+    out = judge.judge(task.text, SCENES)
     assert judge.backend.logprobs is True  # llama.cpp's server returns top-k logprobs
     for j in out:
         assert 0.0 <= j.progress <= 1.0 and 0.0 < j.confidence <= 1.0 and not j.fallback
         assert {h.name for h in j.hazards} == {"tool_near_edge", "tool_fell"}
         assert all(0.0 <= h.probability <= 1.0 for h in j.hazards)
-    again = judge.judge(task, SCENES)  # greedy requests: the same answers again
+    again = judge.judge(task.text, SCENES)  # greedy requests: the same answers again
     assert [round(j.progress, 6) for j in again] == [round(j.progress, 6) for j in out]
     assert judge.stats()["fallbacks"] == 0
 
@@ -90,11 +90,11 @@ def test_openai_backend_text_votes(server):
     judge = make_judge(JudgeConfig(backend="openai", openai=OpenAIConfig(base_url=server), confidence_threshold=0.0,
                                    votes=3, reason_tokens=16))
     judge.backend.logprobs = False  # as if the server had answered without them
-    [s] = judge.backend.score(task, SCENES[:1], hazards=ALL_HAZARDS, explain=True)
+    [s] = judge.backend.score(task.text, SCENES[:1], hazards=ALL_HAZARDS, explain=True)
     if s.digits is not None:  # the zero-shot 135M model may answer without a digit: then no votes parse
         assert np.isclose(s.digits.sum(), 1.0) and 0.0 < s.digit_mass <= 1.0 and 0.0 <= s.progress <= 1.0
     assert set(s.hazards) == {"tool_near_edge", "tool_fell"}
-    [j] = judge.judge(task, SCENES[:1])
+    [j] = judge.judge(task.text, SCENES[:1])
     assert 0.0 <= j.progress <= 1.0
 
 
@@ -104,7 +104,7 @@ def test_dead_server_falls_back_to_rules(caplog, monkeypatch):
                                                             timeout_s=2.0, retries=1, backoff_s=0.01, cooldown_s=60))
     judge = make_judge(cfg)
     with caplog.at_level(logging.WARNING):
-        out = judge.judge(task, SCENES)
+        out = judge.judge(task.text, SCENES)
     assert [j.progress for j in out] == [0.0, 1.0] and all(j.fallback for j in out)
     assert out[0].hazard_names() == ("tool_near_edge",)
     assert "after 2 tries" in caplog.text
@@ -112,5 +112,5 @@ def test_dead_server_falls_back_to_rules(caplog, monkeypatch):
         raise AssertionError("a dead server is not asked again during its cooldown")
 
     monkeypatch.setattr(urllib.request, "urlopen", no_network)
-    assert all(j.fallback for j in judge.judge(task, SCENES))
+    assert all(j.fallback for j in judge.judge(task.text, SCENES))
     assert judge.stats()["fallbacks"] == 4 and judge.stats()["errors"] == 2

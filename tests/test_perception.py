@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from robo_prm.describe.facts import scene_facts  # noqa: E402
 from robo_prm.describe.render import render  # noqa: E402
-from robo_prm.describe.slots import decode, encode, slot_names, slot_sizes, state_from_vector, state_vector  # noqa: E402
+from robo_prm.perception.slots import decode, encode, slot_names, slot_sizes, state_from_vector, state_vector  # noqa: E402
 from robo_prm.describe.state_captioner import StateCaptioner  # noqa: E402
 from robo_prm.envs.experts import ScriptedExpert  # noqa: E402
 
@@ -82,7 +82,7 @@ def tiny_text(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory):
-    from robo_prm.describe.dataset import CollectConfig, collect
+    from robo_prm.perception.dataset import CollectConfig, collect
 
     out = tmp_path_factory.mktemp("frames")
     meta = collect(CollectConfig(tasks=TASKS, frames=40, size=64, stride=2, heldout_every=3, max_steps=20, seed=1),
@@ -92,7 +92,7 @@ def tiny_data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_model(tiny_data, tiny_text, tmp_path_factory):
-    from robo_prm.describe.train import PerceptionTrainConfig, captioner_defaults, train
+    from robo_prm.perception.train import PerceptionTrainConfig, captioner_defaults, train
 
     data, _ = tiny_data
     out = tmp_path_factory.mktemp("perception")
@@ -102,7 +102,7 @@ def tiny_model(tiny_data, tiny_text, tmp_path_factory):
 
 
 def test_collect_writes_labelled_shards(tiny_data):
-    from robo_prm.describe.dataset import load_frames
+    from robo_prm.perception.dataset import load_frames
 
     folder, meta = tiny_data
     fs = load_frames(folder)
@@ -123,7 +123,7 @@ def test_collect_writes_labelled_shards(tiny_data):
 def test_load_frames_merges_folders(tiny_data, tmp_path):
     import shutil
 
-    from robo_prm.describe.dataset import load_frames
+    from robo_prm.perception.dataset import load_frames
 
     folder, meta = tiny_data
     with pytest.raises(ValueError, match="share episode seeds"):
@@ -146,9 +146,9 @@ def test_load_frames_merges_folders(tiny_data, tmp_path):
 def test_train_embed_caption_round_trip(tiny_model, tiny_data, make_env):
     import json
 
-    from robo_prm.describe.clip import goal_similarity
-    from robo_prm.describe.weights import load_perception
-    from robo_prm.task import load_task
+    from robo_prm.perception.weights import goal_similarity
+    from robo_prm.perception.weights import load_perception
+    from robo_prm.envs.task import load_task
 
     manifest = json.loads((tiny_model / "manifest.json").read_text())
     assert manifest["command"] == "test" and manifest["train"]["steps"] >= 1
@@ -174,8 +174,8 @@ def test_train_embed_caption_round_trip(tiny_model, tiny_data, make_env):
 
 
 def test_captioner_on_a_task_without_heads_uses_the_state_estimate(tiny_model):
-    from robo_prm.describe.weights import load_perception
-    from robo_prm.task import load_task
+    from robo_prm.perception.weights import load_perception
+    from robo_prm.envs.task import load_task
 
     bundle = load_perception(tiny_model)
     task = load_task("tidy_table")  # not in TASKS: no predicate heads for it
@@ -187,7 +187,7 @@ def test_captioner_on_a_task_without_heads_uses_the_state_estimate(tiny_model):
 
 
 def test_clip_loss_matches_open_clip_formula():
-    from robo_prm.describe.clip import clip_loss
+    from robo_prm.perception.clip import clip_loss
 
     torch.manual_seed(0)
     img = torch.nn.functional.normalize(torch.randn(4, 8), dim=-1)
@@ -205,7 +205,8 @@ def test_clip_loss_matches_open_clip_formula():
 
 
 def test_open_clip_arch_fails_with_one_line_when_missing():
-    from robo_prm.describe.clip import ClipConfig, make_clip
+    from robo_prm.perception.clip import ClipConfig
+    from robo_prm.perception.weights import make_clip
 
     try:
         import open_clip  # noqa: F401
@@ -225,7 +226,7 @@ def test_blip_loader_on_a_tiny_random_model(tmp_path, tiny_text):
     except ImportError:  # older transformers
         from transformers import BlipImageProcessor as ImageProcessor
 
-    from robo_prm.describe.blip import BlipCaptioner
+    from robo_prm.perception.blip import BlipCaptioner
 
     tok = BertTokenizerFast.from_pretrained(tiny_text)
     tok.add_special_tokens({"bos_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]"})
@@ -255,10 +256,11 @@ def test_pixels_only_mode_drives_sb3(tiny_model, tmp_path):
     import json
 
     from robo_prm.config import load_train_config
-    from robo_prm.describe.pixels import PixelDescriber
+    from robo_prm.describe import DescribeWrapper
+    from robo_prm.perception.captioner import PixelCaptioner
     from robo_prm.train import train
     from robo_prm.train.envs import make_tidy_env
-    from robo_prm.task import load_task
+    from robo_prm.envs.task import load_task
 
     over = {"task": "reach_tool", "steps": 200, "describe.source": "pixels", "describe.weights": str(tiny_model),
             "judge.backend": "rules", "eval.every_steps": 0, "eval.episodes": 1, "eval.record": 0,
@@ -267,7 +269,8 @@ def test_pixels_only_mode_drives_sb3(tiny_model, tmp_path):
     cfg = load_train_config(None, over)
     env = make_tidy_env(load_task("reach_tool"), cfg)
     try:
-        assert isinstance(env, PixelDescriber) and env.every == cfg.reward.judge_every
+        assert isinstance(env, DescribeWrapper) and isinstance(env.describer, PixelCaptioner)
+        assert env.every == cfg.reward.judge_every
         _, info = env.reset(seed=0)
         assert info["description"].features.shape == (16,)
         texts = []
@@ -291,9 +294,9 @@ def test_shipped_weights_describe_a_frame_and_embed_shipped_goals(make_env):
     the shipped tasks' goal embeddings are cached with them."""
     import json
 
-    from robo_prm.describe.clip import goal_similarity
-    from robo_prm.describe.weights import load_perception, shipped_folder
-    from robo_prm.task import load_task
+    from robo_prm.perception.weights import goal_similarity
+    from robo_prm.perception.weights import load_perception, shipped_folder
+    from robo_prm.envs.task import load_task
 
     manifest = json.loads((shipped_folder() / "manifest.json").read_text())
     assert manifest["command"] and manifest["data"]["frames"] > 0 and "caption_exact_match" in manifest["metrics_heldout"]
@@ -326,8 +329,8 @@ def test_perception_cli_caption_and_goal_sim(capsys):
 
 def test_train_clip_then_captioner_from_it(tiny_data, tiny_text, tmp_path):
     """The two CLI stages: contrastive only, then the heads starting from that folder (`--init`)."""
-    from robo_prm.describe.train import PerceptionTrainConfig, captioner_defaults, clip_defaults, train
-    from robo_prm.describe.weights import load_perception
+    from robo_prm.perception.train import PerceptionTrainConfig, captioner_defaults, clip_defaults, train
+    from robo_prm.perception.weights import load_perception
 
     data, _ = tiny_data
     base = dict(data=str(data), text_model=tiny_text, epochs=1, batch=16, hidden=32, embed_dim=16)

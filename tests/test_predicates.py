@@ -9,7 +9,7 @@ import pytest
 from robo_prm.envs.experts import ScriptedExpert
 from robo_prm.envs.predicates import FUNCTIONS, PredicateError, compile_predicate
 from robo_prm.envs.scene import OBJECT_REST_Z, PLACES, TABLE_TOP_Z, TABLE_X
-from robo_prm.envs.state import SceneState
+from robo_prm.envs.state import SceneState, snapshot
 
 TOP = TABLE_TOP_Z
 HAMMER_Z = TOP + OBJECT_REST_Z["tool0"]  # 0.42: tool0's origin lying on the table
@@ -23,7 +23,7 @@ def tidy():
     """The tidy_table env: every object in play, words hammer, screwdriver, glass_cup, blue_bin, green_tray."""
     import robo_prm
 
-    env = robo_prm.make_env("tidy_table", describe=False)
+    env = robo_prm.make_env("tidy_table")
     yield env.unwrapped
     env.close()
 
@@ -59,7 +59,7 @@ def test_hammer_20cm_from_front_edge_is_not_near_edge(scene):
 
 
 def test_push_task_edge_hazard_fires_only_near_the_edge(make_env):
-    env = make_env("push_tool_from_edge", describe=False)
+    env = make_env("push_tool_from_edge")
     env.reset(seed=0)
     u = env.unwrapped
     near = u.place("tool0", (FRONT - 0.02, 0.75, HAMMER_Z))
@@ -127,7 +127,7 @@ def test_cup_tipped_over(scene):
     scene.data.qpos[qadr : qadr + 3] = (1.35, 0.82, TOP + 0.024)
     scene.data.qpos[qadr + 3 : qadr + 7] = (np.cos(np.pi / 4), np.sin(np.pi / 4), 0.0, 0.0)
     mujoco.mj_forward(scene.model, scene.data)
-    s = SceneState.from_sim(scene.model, scene.data)
+    s = snapshot(scene.model, scene.data)
     assert abs(s.objects["cup0"].up[2]) < 1e-9
     assert not check(scene, "upright(glass_cup)", state=s)
     assert check(scene, "not upright(glass_cup)", state=s)
@@ -135,7 +135,7 @@ def test_cup_tipped_over(scene):
     # upside down is not upright either
     scene.data.qpos[qadr + 3 : qadr + 7] = (0.0, 1.0, 0.0, 0.0)
     mujoco.mj_forward(scene.model, scene.data)
-    assert not check(scene, "upright(glass_cup)", state=SceneState.from_sim(scene.model, scene.data))
+    assert not check(scene, "upright(glass_cup)", state=snapshot(scene.model, scene.data))
 
 
 def test_lifted_and_height(scene):
@@ -196,7 +196,7 @@ def test_and_or_not(scene):
 
 def test_gripper_open_and_grasped_on_a_real_grasp(make_env):
     """grasped() needs finger contacts, so drive the scripted expert until it closes on the cup."""
-    env = make_env("place_cup_in_bin", describe=False)
+    env = make_env("place_cup_in_bin")
     env.reset(seed=0)
     u = env.unwrapped
     assert not check(u, "gripper_open()")  # Fetch starts with the fingers closed

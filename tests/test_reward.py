@@ -9,10 +9,11 @@ import robo_prm  # noqa: F401  (registers envs)
 from robo_prm.judge import make_judge
 from robo_prm.judge.config import JudgeConfig
 from robo_prm.reward import BlendedReward, LLMRewardVecEnv, LLMRewardWrapper, RewardConfig, Stage, blend_weights
+from robo_prm.describe import DescribeWrapper
 from robo_prm.reward.cache import JudgementCache
 from robo_prm.reward.normalize import RunningZScore
 from robo_prm.reward.novelty import CountNovelty
-from robo_prm.task import load_task
+from robo_prm.envs.task import load_task
 from robo_prm.types import HazardReport, Judgement, SceneDescription
 
 
@@ -65,9 +66,9 @@ def test_uncentered_normaliser_keeps_sign_and_zero():
 
 def test_blend_centres_only_raw_progress():
     task = load_task("reach_tool")
-    assert not BlendedReward(task, None, RewardConfig(), 1).z.center
-    assert BlendedReward(task, None, RewardConfig(progress="raw"), 1).z.center
-    assert BlendedReward(task, None, RewardConfig(center=True), 1).z.center
+    assert not BlendedReward(task.text, None, RewardConfig(), 1).z.center
+    assert BlendedReward(task.text, None, RewardConfig(progress="raw"), 1).z.center
+    assert BlendedReward(task.text, None, RewardConfig(center=True), 1).z.center
 
 
 def test_count_novelty_decays():
@@ -78,9 +79,9 @@ def test_count_novelty_decays():
 def test_default_novelty_is_never_positive():
     """Success ends an episode: a positive per-step bonus would pay the agent to put it off."""
     task = load_task("reach_tool")
-    blend = BlendedReward(task, None, RewardConfig(), 1)
+    blend = BlendedReward(task.text, None, RewardConfig(), 1)
     assert [blend.novelty(k) for k in "aab"] == pytest.approx([0, 1 / math.sqrt(2) - 1, 0])
-    assert BlendedReward(task, None, RewardConfig(novelty="count_bonus"), 1).novelty("a") == pytest.approx(1)
+    assert BlendedReward(task.text, None, RewardConfig(novelty="count_bonus"), 1).novelty("a") == pytest.approx(1)
 
 
 def _scene(text, features=None, progress=0.5, hazards=()):
@@ -125,7 +126,7 @@ def test_potential_shaping_telescopes_over_an_episode():
     progress = [0.1, 0.3, 0.2, 0.6, 0.9]
     cfg = RewardConfig(judge_every=1, normalize=False, novelty="none", cache=False, gamma=1.0, schedule="constant",
                        stages=[Stage(0, 0.0, 1.0, 0.0)])
-    blend = BlendedReward(task, FixedJudge(progress), cfg, 1)
+    blend = BlendedReward(task.text, FixedJudge(progress), cfg, 1)
     total = 0.0
     for t in range(len(progress)):
         info = {"description": _scene(f"s{t}")}
@@ -138,7 +139,7 @@ def test_judge_every_k_holds_the_last_judgement():
     task = load_task("reach_tool")
     judge = FixedJudge([0.1, 0.5, 0.9])
     cfg = RewardConfig(judge_every=4, cache=False)
-    blend = BlendedReward(task, judge, cfg, 1)
+    blend = BlendedReward(task.text, judge, cfg, 1)
     for t in range(8):
         blend([0.0], [False], [{"description": _scene(f"s{t}")}])
     assert judge.calls == 3  # step 1 (no judgement yet), step 4, step 8
@@ -148,7 +149,7 @@ def test_blend_terms_weights_safety_and_total_in_info():
     task = load_task("push_tool_from_edge")
     hazard = (HazardReport("tool_near_edge", 0.5, 1.0),)
     cfg = RewardConfig(progress="raw", normalize=False, cache=False, novelty="count_bonus")
-    blend = BlendedReward(task, FixedJudge([0.4], hazard), cfg, 1)
+    blend = BlendedReward(task.text, FixedJudge([0.4], hazard), cfg, 1)
     info = {"description": _scene("x")}
     r = blend([1.0], [False], [info])[0]
     terms = info["reward_terms"]
@@ -160,7 +161,7 @@ def test_blend_terms_weights_safety_and_total_in_info():
 def test_success_counts_as_full_progress_whatever_the_judge_says():
     task = load_task("reach_tool")
     cfg = RewardConfig(judge_every=1, normalize=False, novelty="none", cache=False, schedule="constant")
-    blend = BlendedReward(task, FixedJudge([0.9, 0.8]), cfg, 1)
+    blend = BlendedReward(task.text, FixedJudge([0.9, 0.8]), cfg, 1)
     blend([0.0], [False], [{"description": _scene("a")}])
     info = {"description": _scene("b"), "is_success": True}
     blend([1.0], [True], [info])
@@ -169,7 +170,7 @@ def test_success_counts_as_full_progress_whatever_the_judge_says():
 
 def test_nan_progress_never_reaches_sb3():
     task = load_task("reach_tool")
-    blend = BlendedReward(task, FixedJudge([float("nan")]), RewardConfig(cache=False), 1)
+    blend = BlendedReward(task.text, FixedJudge([float("nan")]), RewardConfig(cache=False), 1)
     r = blend([0.0], [False], [{"description": _scene("x")}])
     assert np.isfinite(r).all()
 
@@ -181,7 +182,7 @@ class BrokenJudge:
 
 def test_a_failing_judge_falls_back_to_rules_and_is_counted():
     task = load_task("reach_tool")
-    blend = BlendedReward(task, BrokenJudge(), RewardConfig(cache=False), 1)
+    blend = BlendedReward(task.text, BrokenJudge(), RewardConfig(cache=False), 1)
     info = {"description": _scene("x", progress=0.8)}
     r = blend([0.0], [False], [info])
     assert np.isfinite(r).all() and info["judgement"].progress == pytest.approx(0.8)
@@ -192,8 +193,8 @@ def test_vec_env_wrapper_batches_all_envs_with_the_rules_judge():
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     task = load_task("reach_tool")
-    venv = DummyVecEnv([lambda: gym.make("robo_prm/ReachTool-v0") for _ in range(2)])
-    wrapped = LLMRewardVecEnv(venv, task, make_judge(JudgeConfig(backend="rules")), RewardConfig())
+    venv = DummyVecEnv([lambda: DescribeWrapper(gym.make("robo_prm/ReachTool-v0")) for _ in range(2)])
+    wrapped = LLMRewardVecEnv(venv, task.text, make_judge(JudgeConfig(backend="rules")), RewardConfig())
     wrapped.reset()
     for _ in range(6):
         obs, rewards, dones, infos = wrapped.step(np.stack([venv.action_space.sample() for _ in range(2)]))
@@ -204,7 +205,7 @@ def test_vec_env_wrapper_batches_all_envs_with_the_rules_judge():
 
 
 def test_gym_wrapper_puts_terms_in_info():
-    env = LLMRewardWrapper(gym.make("robo_prm/PushToolFromEdge-v0"), make_judge(JudgeConfig(backend="rules")))
+    env = LLMRewardWrapper(DescribeWrapper(gym.make("robo_prm/PushToolFromEdge-v0")), make_judge(JudgeConfig(backend="rules")))
     env.reset(seed=0)
     _, r, _, _, info = env.step(env.action_space.sample())
     assert math.isfinite(r) and info["judgement"].backend == "rules" and "tool_near_edge" in info["judgement"].hazard_names()

@@ -12,7 +12,7 @@ import yaml
 from robo_prm.cli import main as cli
 from robo_prm.config_io import ConfigError
 from robo_prm.envs.scene import OBJECT_REST_Z, PLACES, TABLE_TOP_Z
-from robo_prm.task import Task, count_sentences, load_task, shipped_tasks
+from robo_prm.envs.task import Task, count_sentences, load_task, shipped_tasks
 
 DATA = Path(__file__).parent / "data"
 
@@ -148,7 +148,7 @@ def test_missing_file_and_unknown_name(tmp_path):
 
 # ---- milestone semantics and the rules progress ------------------------------------------------
 def test_milestones_are_cumulative_and_rule_progress(make_env):
-    env = make_env("place_cup_in_bin", describe=False)
+    env = make_env("place_cup_in_bin")
     env.reset(seed=0)
     u = env.unwrapped
     task = u.task
@@ -178,8 +178,8 @@ def test_milestones_are_cumulative_and_rule_progress(make_env):
 
 def test_severity_lookup():
     task = load_task(NEW_TASK)
-    assert task.severity("tool_fell") == 1.0 and task.severity("tool_near_edge") == 0.5
-    assert task.severity("not_a_hazard") == 0.0
+    assert task.text.severity("tool_fell") == 1.0 and task.text.severity("tool_near_edge") == 0.5
+    assert task.text.severity("not_a_hazard") == 0.0
 
 
 # ---- a new task written from docs/TASKS.md ------------------------------------------------------
@@ -224,8 +224,8 @@ def test_new_task_success_when_placed_in_the_tray(make_env):
     u = env.unwrapped
     s = u.place("tool1", (*PLACES["tray"].center, TABLE_TOP_Z + 0.006 + OBJECT_REST_Z["tool1"]))
     assert u.task.is_success(s)
-    assert u.captioner(s).text.startswith("The gripper is closed")
-    assert "The screwdriver lies in the green tray." in u.captioner(s).text
+    assert env.describer(s).text.startswith("The gripper is closed")
+    assert "The screwdriver lies in the green tray." in env.describer(s).text
 
 
 def test_text_only_task_end_to_end(make_env):

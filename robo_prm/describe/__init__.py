@@ -1,12 +1,13 @@
-"""The describe stage: state or frame → SceneDescription (text the judge reads + features).
+"""The describe stage: simulator state or a rendered frame → SceneDescription (text the judge reads + features).
 
-state_captioner (simulator state) and captioner (rendered frame) fill the same slots (facts.py)
-and render through one renderer (render.py); clip.py gives the frame's CLIP embedding and the
-frame ↔ text similarity; pixels.py is the pixels-only describer of `describe.source: pixels`.
-Modules that need torch are imported on use, so the state path stays light.
+Runtime describers only: `StateCaptioner` (simulator state → facts.py slots → render.py text) and
+the `DescribeWrapper` that puts any `Describer`'s SceneDescription into info["description"].
+The pixel captioner and everything that trains perception models live in robo_prm.perception.
 """
 from robo_prm.describe.facts import SceneFacts, scene_facts
 from robo_prm.describe.render import render
 from robo_prm.describe.state_captioner import StateCaptioner, describe_state, distance_words
+from robo_prm.describe.wrapper import DescribeWrapper, Describer
 
-__all__ = ["SceneFacts", "StateCaptioner", "describe_state", "distance_words", "render", "scene_facts"]
+__all__ = ["DescribeWrapper", "Describer", "SceneFacts", "StateCaptioner", "describe_state", "distance_words",
+           "render", "scene_facts"]

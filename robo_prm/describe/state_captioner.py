@@ -11,9 +11,8 @@ import numpy as np
 
 from robo_prm.describe.facts import NEAR_EDGE_M, SceneFacts, distance_words, scene_facts
 from robo_prm.describe.render import render
-from robo_prm.envs.state import SceneState
-from robo_prm.task import Task, TaskStatus
-from robo_prm.types import SceneDescription
+from robo_prm.envs.task import Task
+from robo_prm.types import SceneDescription, SceneState, TaskStatus
 
 __all__ = ["NEAR_EDGE_M", "StateCaptioner", "describe_state", "distance_words"]
 
@@ -21,6 +20,8 @@ __all__ = ["NEAR_EDGE_M", "StateCaptioner", "describe_state", "distance_words"]
 class StateCaptioner:
     """Describe a SceneState for one task. `milestone_line=False` hides the milestone count
     (held-out evaluation: the judge must read the goal from the task text alone)."""
+
+    needs_frame = False
 
     def __init__(self, task: Task, milestone_line: bool = True):
         self.task = task
@@ -34,6 +35,14 @@ class StateCaptioner:
             milestones = (status.reached, len(task.milestone_checks))
         return scene_facts(task.movable, state, milestones)
 
+    def features(self, s: SceneState) -> np.ndarray:
+        """Positions that matter to this task, for the judgement cache's nearest-neighbour reuse."""
+        parts = [s.gripper_pos, [s.gripper_width]] + [s.objects[n].pos for n in self.task.movable]
+        return np.concatenate(parts).astype(np.float32)
+
+    def describe_step(self, state: SceneState, status: TaskStatus, frame: np.ndarray | None = None) -> SceneDescription:
+        return self(state, status=status)
+
     def __call__(self, state: SceneState, features: np.ndarray | None = None, status: TaskStatus | None = None) -> SceneDescription:
         status = status or self.task.status(state)
         facts = self.facts(state, status)
@@ -45,7 +54,7 @@ class StateCaptioner:
             milestones_total=facts.milestones_total,
             hazards=status.hazards,
             rule_progress=status.rule_progress,
-            features=features,
+            features=features if features is not None else self.features(state),
         )
 
 

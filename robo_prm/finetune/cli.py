@@ -24,14 +24,13 @@ def _scene(lab):
 
 def judge_labels(judge, labels) -> list:
     """Judgements for labels (grouped by task text, in the labels' order)."""
-    from robo_prm.judge.prompt import task_key
 
     groups = defaultdict(list)
     for i, lab in enumerate(labels):
-        groups[task_key(lab.task_spec())].append(i)
+        groups[lab.judge_text().key].append(i)
     out = [None] * len(labels)
     for idx in groups.values():
-        for i, j in zip(idx, judge.judge(labels[idx[0]].task_spec(), [_scene(labels[i]) for i in idx])):
+        for i, j in zip(idx, judge.judge(labels[idx[0]].judge_text(), [_scene(labels[i]) for i in idx])):
             out[i] = j
     return out
 
@@ -46,7 +45,7 @@ def lora_judge_config(adapter: str | None, gguf: str | None = None, backend: str
         return JudgeConfig(backend="transformers", confidence_threshold=0.0, hazards_from="llm",
                            transformers=TransformersConfig(adapter=adapter, calibrator=calibrator))
     if gguf is None:
-        from robo_prm.finetune.merge import merged_judge_gguf
+        from robo_prm.judge.merge import merged_judge_gguf
 
         gguf = merged_judge_gguf(adapter)
     return JudgeConfig(model=gguf, confidence_threshold=0.0, hazards_from="llm", n_threads=threads,
@@ -144,7 +143,7 @@ def cmd_distill(args, extra) -> int:
     teacher = [j.progress for j in judge_labels(judge, labels)]
     judge.close()
     print(f"teacher judged {len(labels)} scenes in {time.perf_counter() - t0:.0f} s")
-    m = distill([lab.scene for lab in labels], [lab.task_spec().goal for lab in labels], teacher, args.out,
+    m = distill([lab.scene for lab in labels], [lab.judge_text().goal for lab in labels], teacher, args.out,
                 info={"teacher": args.adapter or args.gguf, "labels": args.labels})
     print(json.dumps(m))
     return 0

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from robo_prm.judge.base import Scored
-from robo_prm.judge.prompt import task_spec
+from robo_prm.types import TaskText
 
 
 @lru_cache(maxsize=1)
@@ -118,9 +118,9 @@ class DistilledBackend:
         self.model = DistilledModel.load(path)
         self.embed = embed or Embedder()
 
-    def score(self, task: Any, scenes, hazards: Sequence[str], explain: bool) -> list[Scored]:
+    def score(self, task: TaskText, scenes, hazards: Sequence[str], explain: bool) -> list[Scored]:
         t0 = time.perf_counter()
-        goal = task_spec(task).goal
+        goal = task.goal
         p = self.model.predict(features(self.embed, [s.text for s in scenes], [goal] * len(scenes)))
         ms = (time.perf_counter() - t0) * 1e3 / max(len(scenes), 1)
         return [Scored(digits_around(v), 1.0, {}, None, ms, progress=float(v)) for v in p]

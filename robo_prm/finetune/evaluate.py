@@ -20,7 +20,7 @@ import numpy as np
 
 from robo_prm.finetune.calibrate import ece
 from robo_prm.finetune.labels import HELDOUT_TASKS, TRAIN_TASKS, Variant, rollout_states, task_variants
-from robo_prm.types import Judgement, SceneDescription
+from robo_prm.types import Judgement, SceneDescription, TaskText
 
 
 @dataclass
@@ -77,12 +77,11 @@ class CosineJudge:
 
         self.embed = embed or Embedder()
 
-    def judge(self, task: Any, scenes: Sequence[SceneDescription], explain: bool = False) -> list[Judgement]:
-        from robo_prm.judge.prompt import task_spec
-
+    def judge(self, task: TaskText, scenes: Sequence[SceneDescription], explain: bool = False) -> list[Judgement]:
+        
         t0 = time.perf_counter()
         s = self.embed([x.text for x in scenes])
-        g = self.embed([task_spec(task).goal])[0]
+        g = self.embed([task.goal])[0]
         ms = (time.perf_counter() - t0) * 1e3 / max(len(scenes), 1)
         return [Judgement(progress=float(np.clip(c, 0, 1)), confidence=1.0, backend=self.name, latency_ms=ms) for c in s @ g]
 
@@ -94,7 +93,7 @@ def run_judge(judge, episodes: Sequence[Episode], calibrator: Callable[[float], 
               hazards: bool = True) -> list[list[Judgement]]:
     out = []
     for ep in episodes:
-        js = judge.judge(ep.variant.task, ep.scenes)
+        js = judge.judge(ep.variant.task.text, ep.scenes)
         if calibrator is not None:
             import dataclasses
 

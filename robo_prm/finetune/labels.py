@@ -32,7 +32,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from robo_prm.config_io import from_dict, load_yaml
-from robo_prm.task import HazardSpec, Task, TaskSpec, load_task, tasks_dir
+from robo_prm.envs.task import HazardSpec, Task, TaskSpec, load_task, tasks_dir
+from robo_prm.types import HazardText, TaskText
 
 TRAIN_TASKS = ("reach_tool", "push_tool_from_edge", "tidy_table")
 HELDOUT_TASKS = ("place_cup_in_bin",)
@@ -76,11 +77,11 @@ class Label:
     def digit(self) -> int:
         return target_to_digit(self.target)
 
-    def task_spec(self) -> TaskSpec:
-        """What the judge reads (a bare TaskSpec; the prompt uses only its text fields)."""
+    def judge_text(self) -> TaskText:
+        """What the judge reads of this label's task."""
         if self.task_text is None:
-            return load_task(self.task_file).spec
-        return spec_from_text(self.task, self.task_text)
+            return load_task(self.task_file).text
+        return text_from_dict(self.task, self.task_text)
 
     def to_json(self) -> str:
         return json.dumps({k: v for k, v in asdict(self).items()}, ensure_ascii=False)
@@ -91,10 +92,9 @@ def text_of(spec: TaskSpec) -> dict:
             "hazards": [{"name": h.name, "text": h.text, "severity": h.severity} for h in spec.hazards]}
 
 
-def spec_from_text(name: str, text: dict) -> TaskSpec:
-    return TaskSpec(name=name, background=text["background"], goal=text["goal"], dimensions=list(text["dimensions"]),
-                    objects={}, success="", hazards=[HazardSpec(h["name"], h["text"], float(h.get("severity", 0.5)))
-                                                     for h in text.get("hazards", [])])
+def text_from_dict(name: str, text: dict) -> TaskText:
+    hazards = tuple(HazardText(h["name"], h["text"], float(h.get("severity", 0.5))) for h in text.get("hazards", []))
+    return TaskText(name, text["background"], text["goal"], tuple(text["dimensions"]), hazards)
 
 
 def write_labels(labels: Iterable[Label], path: str | Path, append: bool = False) -> int:
@@ -293,7 +293,7 @@ def rollout_states(variant: Variant, source: str, seed: int, perturb=(0.3, 0.6))
     """SceneStates of one episode of `source` policy on the variant's task (its own simulator semantics)."""
     from robo_prm.envs.tidy_env import TidyTableEnv
 
-    env = TidyTableEnv(variant.task, describe=False)
+    env = TidyTableEnv(variant.task)
     try:
         from robo_prm.envs.experts import PLANS
 

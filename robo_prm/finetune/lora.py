@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from robo_prm.finetune.labels import Label, read_labels
-from robo_prm.judge.prompt import scene_text, task_key
+from robo_prm.judge.prompt import scene_text
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class LoraTrainer:
     # ---- rows ------------------------------------------------------------------------
     def _rows(self, labels: Sequence[Label], rng: random.Random):
         """(prefix ids, suffix rows, per-row (kind, target)) for labels sharing one task text."""
-        spec = labels[0].task_spec()
+        spec = labels[0].judge_text()
         _, prefix, score_tail, digits, hz = self.backend._task(spec)
         rows, targets = [], []
         for lab in labels:
@@ -190,7 +190,7 @@ class LoraTrainer:
     def batches(self, labels: Sequence[Label], rng: random.Random) -> list[list[Label]]:
         groups: dict[tuple, list[Label]] = defaultdict(list)
         for lab in labels:
-            groups[task_key(lab.task_spec())].append(lab)
+            groups[lab.judge_text().key].append(lab)
         out = []
         for g in groups.values():
             rng.shuffle(g)

@@ -33,7 +33,7 @@ class LabelSession:
         if i >= len(self.queue):
             return f"<p>All {len(self.queue)} scenes seen; {self.done} labels in {html.escape(str(self.out))}.</p>"
         lab = self.queue[i]
-        spec = lab.task_spec()
+        spec = lab.judge_text()
         frame = f'<img src="/frame?i={i}" width="480">' if lab.frame else ""
         scores = " ".join(f'<label><input type="radio" name="score" value="{s}" required>{s}</label>' for s in range(1, 11))
         hazards = " ".join(f'<label title="{html.escape(h.text)}"><input type="checkbox" name="hazard" value="{html.escape(h.name)}">'
@@ -44,7 +44,7 @@ class LabelSession:
 
     def record(self, i: int, score: float, hazards: list[str]) -> Label:
         src = self.queue[i]
-        known = {h.name for h in src.task_spec().hazards}
+        known = {h.name for h in src.judge_text().hazards}
         bad = [h for h in hazards if h not in known]
         if bad:
             raise ValueError(f"unknown hazard(s) {bad}")

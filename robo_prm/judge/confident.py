@@ -16,22 +16,21 @@ from robo_prm.judge.backends.rules import RulesJudge
 from robo_prm.judge.base import Backend, Scored
 from robo_prm.judge.config import JudgeConfig
 from robo_prm.judge.parse import tidy_reason
-from robo_prm.judge.prompt import severity, task_key, task_spec
 from robo_prm.judge.scoring import summarize
-from robo_prm.types import HazardReport, Judgement, SceneDescription
+from robo_prm.types import HazardReport, Judgement, SceneDescription, TaskText
 
 log = logging.getLogger(__name__)
 
 
-def hazards_to_ask(task: Any, mode: str) -> list[str]:
+def hazards_to_ask(task: TaskText, mode: str) -> list[str]:
     """Which of the task's hazards the model is asked about: all ('llm', 'union'), none
     ('rules'), or only those the simulator cannot check ('auto', the default: an LLM pass per
     hazard costs as much as the score itself, and for checked hazards the simulator is ground truth)."""
-    hazards = task_spec(task).hazards
+    hazards = task.hazards
     if mode == "rules":
         return []
     if mode == "auto":
-        return [h.name for h in hazards if not h.check]
+        return [h.name for h in hazards if not h.checked]
     return [h.name for h in hazards]
 
 
@@ -61,7 +60,7 @@ class ConfidentJudge:
         self._answers: OrderedDict[tuple, Scored] = OrderedDict()  # (task key, scene text) → raw answer
         self._latency_ms = 0.0
 
-    def judge(self, task: Any, scenes: Sequence[SceneDescription], explain: bool = False) -> list[Judgement]:
+    def judge(self, task: TaskText, scenes: Sequence[SceneDescription], explain: bool = False) -> list[Judgement]:
         scenes = list(scenes)
         if not scenes:
             return []
@@ -79,12 +78,12 @@ class ConfidentJudge:
         self._count(out)
         return out
 
-    def _score_cached(self, task: Any, scenes: list[SceneDescription], asked: list[str], explain: bool) -> list[Scored | None]:
+    def _score_cached(self, task: TaskText, scenes: list[SceneDescription], asked: list[str], explain: bool) -> list[Scored | None]:
         """The backend's raw answers, reusing earlier answers for the same (task, scene text).
 
         A model sees only the task and the scene text, so equal text means an equal answer; the
         confidence test and the rules fallback still run per scene (rules read the exact state)."""
-        key = task_key(task)
+        key = task.key
         out: list[Scored | None] = [None] * len(scenes)
         todo: list[int] = []
         for i, scene in enumerate(scenes):
@@ -114,7 +113,7 @@ class ConfidentJudge:
                     self._answers.popitem(last=False)
         return out
 
-    def _one(self, task: Any, s: Scored, rules: Judgement, mode: str) -> Judgement:
+    def _one(self, task: TaskText, s: Scored, rules: Judgement, mode: str) -> Judgement:
         if s.digits is None:
             progress, conf = 0.0, 0.0
         else:
@@ -123,7 +122,7 @@ class ConfidentJudge:
                 progress = min(max(float(s.progress), 0.0), 1.0) if s.progress == s.progress else progress
         if self.calibrator is not None:
             progress = self.calibrator(progress)
-        llm_hazards = tuple(HazardReport(n, severity(task, n), float(p)) for n, p in s.hazards.items())
+        llm_hazards = tuple(HazardReport(n, task.severity(n), float(p)) for n, p in s.hazards.items())
         reason = tidy_reason(s.reason)
         if conf < self.cfg.confidence_threshold:
             return self._fallback(rules, mode, s.latency_ms, (conf, llm_hazards, reason))

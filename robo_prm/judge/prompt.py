@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
-from robo_prm.types import SceneDescription
+from robo_prm.types import SceneDescription, TaskText
 
 ChatRenderer = Callable[[list[dict[str, str]]], str]  # messages → text, generation prompt included
 
@@ -38,26 +38,7 @@ def template_names() -> list[str]:
     return sorted(p.name[:-4] for p in folder.iterdir() if p.name.endswith(".txt"))
 
 
-def task_spec(task: Any):
-    """A `Task` or a bare `TaskSpec` → the spec (judges only read its text)."""
-    return getattr(task, "spec", task)
-
-
-def task_key(task: Any) -> tuple:
-    """Everything of a task the prompt depends on: the cache key for a task's prefix."""
-    s = task_spec(task)
-    return (s.name, s.background, s.goal, tuple(s.dimensions), tuple((h.name, h.text) for h in s.hazards))
-
-
-def severity(task: Any, hazard: str) -> float:
-    for h in task_spec(task).hazards:
-        if h.name == hazard:
-            return float(h.severity)
-    return 0.0
-
-
-def task_text(task: Any) -> str:
-    s = task_spec(task)
+def task_text(s: TaskText) -> str:
     dims = "\n".join(load_template("dimension_item").format(text=d) for d in s.dimensions)
     hazards = "\n".join(load_template("hazard_item").format(name=h.name, text=h.text) for h in s.hazards) or "- none"
     return load_template("task").format(
@@ -89,11 +70,11 @@ def _split(render: ChatRenderer, user_head: str, question: str, answer: str) -> 
     return prefix, tail + answer
 
 
-def build_prompt(task: Any, render: ChatRenderer) -> TaskPrompt:
+def build_prompt(task: TaskText, render: ChatRenderer) -> TaskPrompt:
     head = task_text(task)
     prefix, score_tail = _split(render, head, "", load_template("score_answer"))
     hazard_tails = {}
-    for h in task_spec(task).hazards:
+    for h in task.hazards:
         p, tail = _split(render, head, load_template("hazard_question").format(name=h.name, text=h.text),
                          load_template("hazard_answer"))
         assert p == prefix, "the chat template must not depend on the scene's position"

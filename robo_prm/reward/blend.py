@@ -16,14 +16,13 @@ from robo_prm.reward.config import RewardConfig
 from robo_prm.reward.normalize import RunningZScore
 from robo_prm.reward.novelty import CountNovelty
 from robo_prm.reward.schedule import blend_weights
-from robo_prm.task import Task
-from robo_prm.types import Judgement, RewardBreakdown, SceneDescription
+from robo_prm.types import Judgement, RewardBreakdown, SceneDescription, TaskText
 
 log = logging.getLogger(__name__)
 
 
 class BlendedReward:
-    def __init__(self, task: Task, judge, cfg: RewardConfig, n_envs: int = 1, fallback_judge=None):
+    def __init__(self, task: TaskText, judge, cfg: RewardConfig, n_envs: int = 1, fallback_judge=None):
         self.task, self.judge, self.cfg, self.n = task, judge, cfg, n_envs
         self.fallback_judge = fallback_judge
         self.gamma = cfg.shaping_gamma()
@@ -110,7 +109,7 @@ class BlendedReward:
             self.prev_potential[i] = progress
             llm = self.z(llm_raw) if cfg.normalize else llm_raw
             explore = self.novelty(info["description"].text) if cfg.novelty != "none" else 0.0
-            safety = float(sum(self.task.severity(h) for h in j.hazard_names()))
+            safety = float(sum(h.severity for h in j.hazards if h.probability >= 0.5))  # the judge filled in each severity
             env = float(env_rewards[i])
             terms = {"env": env, "llm": llm, "explore": explore, "safety": safety}
             total = weights["env"] * env + weights["llm"] * llm + weights["explore"] * explore - weights["safety"] * safety

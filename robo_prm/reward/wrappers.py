@@ -7,14 +7,14 @@ from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
 from robo_prm.reward.blend import BlendedReward
 from robo_prm.reward.config import RewardConfig
-from robo_prm.task import Task
+from robo_prm.types import TaskText
 
 
 class LLMRewardVecEnv(VecEnvWrapper):
     """Replaces each step's reward with the blended reward; the env reward stays in
     info["reward_terms"]["term/env"] and the judgement in info["judgement"]."""
 
-    def __init__(self, venv: VecEnv, task: Task, judge, cfg: RewardConfig | None = None):
+    def __init__(self, venv: VecEnv, task: TaskText, judge, cfg: RewardConfig | None = None):
         super().__init__(venv)
         self.blend = BlendedReward(task, judge, cfg or RewardConfig(), venv.num_envs)
 
@@ -31,9 +31,9 @@ class LLMRewardVecEnv(VecEnvWrapper):
 class LLMRewardWrapper(gymnasium.Wrapper):
     """The same for a single gymnasium env."""
 
-    def __init__(self, env: gymnasium.Env, judge, cfg: RewardConfig | None = None, task: Task | None = None):
+    def __init__(self, env: gymnasium.Env, judge, cfg: RewardConfig | None = None, task: TaskText | None = None):
         super().__init__(env)
-        self.blend = BlendedReward(task or env.unwrapped.task, judge, cfg or RewardConfig(), 1)
+        self.blend = BlendedReward(task or env.unwrapped.task.text, judge, cfg or RewardConfig(), 1)
 
     def reset(self, **kwargs):
         self.blend.reset()

@@ -6,10 +6,11 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from robo_prm.config import TrainConfig
+from robo_prm.describe import DescribeWrapper, StateCaptioner
 from robo_prm.envs.tidy_env import TidyTableEnv
 from robo_prm.judge import make_judge
 from robo_prm.reward import LLMRewardVecEnv
-from robo_prm.task import Task
+from robo_prm.envs.task import Task
 
 
 class FrameCapture(gymnasium.Wrapper):
@@ -32,28 +33,24 @@ class FrameCapture(gymnasium.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def make_tidy_env(task: Task, cfg: TrainConfig, render: bool = True, reward_mode: str | None = None) -> gymnasium.Env:
+def make_tidy_env(task: Task, cfg: TrainConfig, render: bool = True, reward_mode: str | None = None) -> DescribeWrapper:
+    """The tidy env behind the describe stage, as training, evaluation, labelling and replay use it.
+
+    `describe.source: pixels`: the env renders at the perception model's frame size (recorded
+    episodes too) and info["description"] is made from that frame alone, every
+    `describe.every` (default `reward.judge_every`) steps."""
     mode = reward_mode or ("dense" if cfg.reward_source == "dense" else "sparse")
     if cfg.describe.source == "pixels":
-        return make_pixels_env(task, cfg, mode)
+        from robo_prm.perception.weights import load_perception
+
+        bundle = load_perception(cfg.describe.weights)
+        size = bundle.net.cfg.size
+        env = TidyTableEnv(task, reward_mode=mode, render_mode="rgb_array", width=size, height=size)
+        every = cfg.describe.every or cfg.reward.judge_every
+        return DescribeWrapper(env, bundle.captioner(task, cfg.describe.milestone_line), every)
     size = cfg.record.frame_size
     env = TidyTableEnv(task, reward_mode=mode, render_mode="rgb_array" if render else None, width=size, height=size)
-    if env.captioner is not None:
-        env.captioner.milestone_line = cfg.describe.milestone_line and bool(task.milestone_checks)
-    return env
-
-
-def make_pixels_env(task: Task, cfg: TrainConfig, reward_mode: str) -> gymnasium.Env:
-    """`describe.source: pixels`: the env renders at the perception model's frame size (recorded episodes
-    too) and info["description"] is made from that frame alone (robo_prm/describe/pixels.py)."""
-    from robo_prm.describe.pixels import PixelDescriber
-    from robo_prm.describe.weights import load_perception
-
-    bundle = load_perception(cfg.describe.weights)
-    size = bundle.net.cfg.size
-    env = TidyTableEnv(task, reward_mode=reward_mode, render_mode="rgb_array", width=size, height=size, describe=False)
-    every = cfg.describe.every or cfg.reward.judge_every
-    return PixelDescriber(env, bundle.captioner(task, cfg.describe.milestone_line), every)
+    return DescribeWrapper(env, StateCaptioner(task, cfg.describe.milestone_line))
 
 
 def make_vec_env(task: Task, cfg: TrainConfig, judge=None) -> VecEnv:
@@ -68,7 +65,7 @@ def make_vec_env(task: Task, cfg: TrainConfig, judge=None) -> VecEnv:
     venv = DummyVecEnv([factory(i) for i in range(cfg.n_envs)])
     venv.seed(cfg.seed)
     if cfg.reward_source == "blend":
-        venv = LLMRewardVecEnv(venv, task, judge if judge is not None else make_judge(cfg.judge), cfg.reward)
+        venv = LLMRewardVecEnv(venv, task.text, judge if judge is not None else make_judge(cfg.judge), cfg.reward)
     return venv
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from robo_prm.replay.episode import EpisodeMeta, EpisodeWriter, StepRecord
-from robo_prm.task import Task
+from robo_prm.envs.task import Task
 from robo_prm.train.envs import find_blend
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ import numpy as np
 from robo_prm.config import TrainConfig
 from robo_prm.replay.episode import EpisodeWriter
 from robo_prm.reward import LLMRewardWrapper
-from robo_prm.task import Task
+from robo_prm.envs.task import Task
 from robo_prm.train.envs import make_tidy_env
 from robo_prm.train.recorder import episode_meta, step_record
 
@@ -52,7 +52,7 @@ def run_episodes(
     """One episode per seed; the first n_record are judged with reasons and written to record_dir/{prefix}_{k:04d}."""
     render = record_dir is not None and n_record > 0
     env = make_tidy_env(task, cfg, render=render, reward_mode="sparse")
-    judged = LLMRewardWrapper(env, judge, cfg.reward, task) if (judge is not None and render) else None
+    judged = LLMRewardWrapper(env, judge, cfg.reward, task.text) if (judge is not None and render) else None
     results = []
     try:
         for k, seed in enumerate(seeds):

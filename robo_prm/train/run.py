@@ -25,7 +25,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from robo_prm.config import TrainConfig, config_to_yaml, load_train_config
 from robo_prm.config_io import ConfigError, from_dict
-from robo_prm.task import load_task
+from robo_prm.envs.task import load_task
 from robo_prm.train.algos import DEFAULTS, load_algo, make_algo
 from robo_prm.train.callbacks import CheckpointEvery, ProgressBar, RewardLogger, latest_checkpoint, save_checkpoint
 from robo_prm.train.envs import find_blend, make_vec_env

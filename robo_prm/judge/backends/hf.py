@@ -15,14 +15,14 @@ import numpy as np
 
 from robo_prm.judge.base import Scored
 from robo_prm.judge.config import JudgeConfig
-from robo_prm.judge.prompt import build_prompt, chatml, scene_text, task_key
+from robo_prm.judge.prompt import build_prompt, chatml, scene_text
 from robo_prm.judge.scoring import digit_ids, digit_probs, yes_no_ids, yes_probability
-from robo_prm.types import SceneDescription
+from robo_prm.types import SceneDescription, TaskText
 
 
 def _locate(cfg: JudgeConfig) -> tuple[str, str | None]:
     """(folder, gguf file name or None) from `model` (file or folder) and `transformers.gguf_file`."""
-    from robo_prm.judge import bundled_model_path
+    from robo_prm.judge.weights import bundled_model_path
 
     path = cfg.model or bundled_model_path()
     if os.path.isfile(path):
@@ -59,8 +59,8 @@ class TransformersBackend:
     def tokenize(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False))
 
-    def _task(self, task: Any):
-        key = task_key(task)
+    def _task(self, task: TaskText):
+        key = task.key
         if key not in self._tasks:
             prompt = build_prompt(task, self.render)
             prefix = self.tokenize(prompt.prefix)
@@ -96,7 +96,7 @@ class TransformersBackend:
                 out.append(logits[:, -1, :].double().numpy())
         return np.concatenate(out, axis=0)
 
-    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
+    def score(self, task: TaskText, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
         t0 = time.perf_counter()
         prompt, prefix, score_tail, digits, hz = self._task(task)
         heads = [prefix + self.tokenize(scene_text(s)) for s in scenes]

@@ -22,9 +22,9 @@ import numpy as np
 
 from robo_prm.judge.base import Scored
 from robo_prm.judge.config import JudgeConfig
-from robo_prm.judge.prompt import TaskPrompt, build_prompt, chatml, jinja_renderer, scene_text, task_key
+from robo_prm.judge.prompt import TaskPrompt, build_prompt, chatml, jinja_renderer, scene_text
 from robo_prm.judge.scoring import digit_ids, digit_probs, yes_no_ids, yes_probability
-from robo_prm.types import SceneDescription
+from robo_prm.types import SceneDescription, TaskText
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class LlamaCppBackend:
     def __init__(self, cfg: JudgeConfig):
         from llama_cpp import Llama
 
-        from robo_prm.judge import bundled_model_path
+        from robo_prm.judge.weights import bundled_model_path
 
         self.cfg = cfg
         self.model_path = cfg.model or bundled_model_path()
@@ -113,8 +113,8 @@ class LlamaCppBackend:
     def tokenize(self, text: str, bos: bool = False) -> list[int]:
         return self.llm.tokenize(text.encode("utf-8"), add_bos=bos, special=True)
 
-    def _task(self, task: Any) -> _TaskTokens:
-        key = task_key(task)
+    def _task(self, task: TaskText) -> _TaskTokens:
+        key = task.key
         tt = self._tasks.get(key)
         if tt is None:
             prompt = build_prompt(task, self.render)
@@ -154,7 +154,7 @@ class LlamaCppBackend:
         llm.eval(tokens[llm.n_tokens:])
         return self._logits()
 
-    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
+    def score(self, task: TaskText, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
         tt = self._task(task)
         out = []
         for scene in scenes:

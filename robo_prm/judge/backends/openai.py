@@ -31,9 +31,9 @@ from typing import Any, Sequence
 from robo_prm.judge.base import Scored
 from robo_prm.judge.config import JudgeConfig
 from robo_prm.judge.parse import match_hazards, parse_answer
-from robo_prm.judge.prompt import build_prompt, chatml, jinja_renderer, scene_text, task_key, task_spec
+from robo_prm.judge.prompt import build_prompt, chatml, jinja_renderer, scene_text
 from robo_prm.judge.scoring import vote_histogram
-from robo_prm.types import SceneDescription
+from robo_prm.types import SceneDescription, TaskText
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +102,13 @@ class OpenAIBackend:
         return {str(k): math.exp(v) for k, v in tops[i].items() if isinstance(v, (int, float)) and v == v}
 
     # ---- scoring -------------------------------------------------------------------
-    def _prompt(self, task: Any):
-        key = task_key(task)
+    def _prompt(self, task: TaskText):
+        key = task.key
         if key not in self._prompts:
             self._prompts[key] = build_prompt(task, self.render)
         return self._prompts[key]
 
-    def score(self, task: Any, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
+    def score(self, task: TaskText, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
         import numpy as np
 
         prompt = self._prompt(task)
@@ -159,8 +159,8 @@ class OpenAIBackend:
                 probs[name] = y / (y + n)
         return Scored(digits, min(mass, 1.0), probs)
 
-    def _score_votes(self, task: Any, text_prompt: str, hazards: Sequence[str], explain: bool) -> Scored:
-        known = {h.name: h.text for h in task_spec(task).hazards}
+    def _score_votes(self, task: TaskText, text_prompt: str, hazards: Sequence[str], explain: bool) -> Scored:
+        known = {h.name: h.text for h in task.hazards}
         answers = []
         for v in range(max(1, self.cfg.votes)):
             # The first vote is greedy so one vote is deterministic; the rest sample (seeded).

@@ -11,8 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-from robo_prm.judge.prompt import severity
-from robo_prm.types import HazardReport, Judgement, SceneDescription
+from robo_prm.types import HazardReport, Judgement, SceneDescription, TaskText
 
 
 def rules_progress(scene: SceneDescription) -> float:
@@ -32,11 +31,11 @@ _FROM = {"state": "from the simulator",
 class RulesJudge:
     name = "rules"
 
-    def judge(self, task: Any, scenes: Sequence[SceneDescription], explain: bool = False) -> list[Judgement]:
+    def judge(self, task: TaskText, scenes: Sequence[SceneDescription], explain: bool = False) -> list[Judgement]:
         out = []
         for scene in scenes:
             t0 = time.perf_counter()
-            hazards = tuple(HazardReport(h, severity(task, h), 1.0) for h in scene.hazards)
+            hazards = tuple(HazardReport(h, task.severity(h), 1.0) for h in scene.hazards)
             progress = rules_progress(scene)
             reason = None
             if explain:

@@ -19,7 +19,7 @@ from pathlib import Path
 from robo_prm.config_io import ConfigError, load_dataclass
 from robo_prm.envs.predicates import Predicate, PredicateError, compile_predicate, word_key
 from robo_prm.envs.scene import CONTAINERS, OBJECTS, PLACES, SCENE_FAMILIES, START_ZONES
-from robo_prm.envs.state import SceneState
+from robo_prm.types import HazardText, SceneState, TaskStatus, TaskText
 
 
 @dataclass
@@ -65,17 +65,6 @@ _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 
 def count_sentences(text: str) -> int:
     return len([s for s in _SENTENCE_END.split(text.strip()) if s.strip()])
-
-
-@dataclass(frozen=True)
-class TaskStatus:
-    """Every check of a task evaluated once on one state (the env, describer and rules judge share it)."""
-
-    success: bool
-    milestones: tuple[bool, ...]
-    hazards: tuple[str, ...]  # names of the hazard checks that hold
-    reached: int  # cumulative milestone count: 1 + index of the last milestone that holds
-    rule_progress: float  # the simulator's progress in [0, 1]
 
 
 class Task:
@@ -178,6 +167,13 @@ class Task:
         return self.spec.name
 
     @cached_property
+    def text(self) -> TaskText:
+        """The half of the task file the judge reads (no predicates)."""
+        s = self.spec
+        hazards = tuple(HazardText(h.name, h.text, float(h.severity), h.check is not None) for h in s.hazards)
+        return TaskText(s.name, s.background, s.goal, tuple(s.dimensions), hazards)
+
+    @cached_property
     def movable(self) -> tuple[str, ...]:
         return tuple(sim for sim in OBJECTS if sim in self.words)
 
@@ -223,12 +219,6 @@ class Task:
     def active_hazards(self, state: SceneState) -> tuple[str, ...]:
         return tuple(name for name, check in self.hazard_checks.items() if check(state))
 
-    def severity(self, hazard: str) -> float:
-        for h in self.spec.hazards:
-            if h.name == hazard:
-                return h.severity
-        return 0.0
-
     def dense_reward(self, state: SceneState) -> float:
         return float(sum(w * f(state) for f, w in self.dense_terms))
 
@@ -243,7 +233,7 @@ class Task:
 
 
 def tasks_dir() -> Path:
-    return Path(str(resources.files("robo_prm") / "configs" / "tasks"))
+    return Path(str(resources.files("robo_prm.configs") / "tasks"))
 
 
 def shipped_tasks() -> list[str]:

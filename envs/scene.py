@@ -76,7 +76,7 @@ def _fetch_assets_dir() -> Path:
 
 
 def assets_dir() -> Path:
-    return Path(str(resources.files("robo_prm") / "assets"))
+    return Path(str(resources.files("robo_prm.assets")))
 
 
 @functools.lru_cache(maxsize=None)

@@ -131,8 +131,8 @@ def merged_judge_gguf(adapter_dir: str | Path | None = None, base_path: str | Pa
     """The GGUF of `base_path` (default: the bundled SmolLM2) with `adapter_dir` (default: the shipped
     judge adapter in robo_prm/models/judge_lora) merged in. Built once into ~/.cache/robo_prm (or
     $ROBO_PRM_CACHE), keyed by the adapter's content; later calls return the cached path."""
-    from robo_prm.finetune.artifacts import shipped_adapter
-    from robo_prm.judge import bundled_model_path
+    from robo_prm.judge.weights import shipped_adapter
+    from robo_prm.judge.weights import bundled_model_path
 
     adapter = Path(adapter_dir) if adapter_dir else shipped_adapter()
     base = Path(base_path or bundled_model_path())

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robo_prm.describe.backbone import to_tensor
+from robo_prm.perception.backbone import to_tensor
 
 
 class ClipModel(Protocol):
@@ -162,32 +162,3 @@ class OpenClip:
     @torch.no_grad()
     def encode_text(self, texts: Sequence[str], normalize: bool = True) -> torch.Tensor:
         return self.model.encode_text(self.tokenizer(list(texts)), normalize=normalize)
-
-
-def make_clip(cfg: ClipConfig | None = None) -> ClipModel:
-    cfg = cfg or ClipConfig()
-    if cfg.arch == "robo_prm":
-        from robo_prm.describe.weights import load_perception
-
-        bundle = load_perception(cfg.weights)
-        return bundle.clip()
-    return OpenClip(cfg.arch, cfg.weights)
-
-
-_DEFAULT: ClipModel | None = None
-
-
-@torch.no_grad()
-def goal_similarity(frames, text: str, clip: ClipModel | None = None) -> np.ndarray:
-    """Cosine similarity of each frame's image embedding to `text` (VLM-RM style), shape (B,).
-
-    `frames`: uint8 (B,H,W,3) or (H,W,3), rendered at the model's frame size (the shipped model: 128 px).
-    Without `clip`, the default (shipped in-domain) model is loaded once per process."""
-    global _DEFAULT
-    if clip is None:
-        if _DEFAULT is None:
-            _DEFAULT = make_clip()
-        clip = _DEFAULT
-    img = clip.encode_image(frames)
-    txt = clip.encode_text([text])
-    return (img @ txt.T)[:, 0].float().cpu().numpy()

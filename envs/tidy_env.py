@@ -11,7 +11,6 @@ from gymnasium import spaces
 from gymnasium.utils import EzPickle
 from gymnasium_robotics.envs.fetch.fetch_env import MujocoFetchEnv
 
-from robo_prm.describe.state_captioner import StateCaptioner
 from robo_prm.envs.scene import (
     CONTAINERS,
     OBJECT_REST_Z,
@@ -22,8 +21,8 @@ from robo_prm.envs.scene import (
     TABLE_TOP_Z,
     scene_xml_path,
 )
-from robo_prm.envs.state import SceneState
-from robo_prm.task import Task, load_task
+from robo_prm.envs.state import SceneState, snapshot
+from robo_prm.envs.task import Task, load_task
 
 # A fixed camera in front of the table, looking back at the robot: the front edge is nearest.
 CAMERA = {"distance": 1.05, "azimuth": 180.0, "elevation": -42.0, "lookat": np.array([1.30, 0.75, 0.42])}
@@ -53,8 +52,10 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
     `reward_mode="sparse"`: 1.0 on the step the task's success predicate holds, else 0.0 (the
     "environment reward" of the blended reward). `reward_mode="dense"`: the task's hand-written
     `dense_reward` terms (or, when it has none, the simulator's milestone progress) + 1.0 on success.
-    `info` carries `predicates` (success, each milestone, each hazard check), `milestones_reached`,
-    `hazards` (active hazard names), `is_success`, and `description` (a SceneDescription).
+    `info` carries `status` (a TaskStatus: every task check evaluated once), `predicates` (success,
+    each milestone, each hazard check by name), `milestones_reached`, `hazards` (active hazard names)
+    and `is_success`. The env says nothing in words: `robo_prm.describe.DescribeWrapper` adds
+    `info["description"]`.
 
     ## Starting State
     The arm starts above the table centre; each named object is placed uniformly at random in
@@ -66,7 +67,7 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
 
     ## Arguments
     `task` (shipped name or YAML path), `reward_mode`, `render_mode` (`rgb_array`/`human`),
-    `width`, `height` (frame size), `describe` (put a SceneDescription in `info`; default True).
+    `width`, `height` (frame size).
     """
 
     # "human" needs a window (MUJOCO_GL=glfw); offered only then, since checkers open every listed mode.
@@ -80,15 +81,13 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
         render_mode: str | None = None,
         width: int = 224,
         height: int = 224,
-        describe: bool = True,
     ):
         task_arg = task.source if isinstance(task, Task) else str(task)
-        EzPickle.__init__(self, task_arg, reward_mode, render_mode, width, height, describe)
+        EzPickle.__init__(self, task_arg, reward_mode, render_mode, width, height)
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got '{reward_mode}'")
         self.task = task if isinstance(task, Task) else load_task(task)
         self.reward_mode = reward_mode
-        self.captioner = StateCaptioner(self.task) if describe else None
         self._steps = 0
         self._state: SceneState | None = None
         MujocoFetchEnv.__init__(
@@ -215,7 +214,7 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
         return self._snapshot()
 
     def _snapshot(self) -> SceneState:
-        self._state = SceneState.from_sim(self.model, self.data)
+        self._state = snapshot(self.model, self.data)
         return self._state
 
     @property
@@ -230,14 +229,10 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
         obs = np.concatenate(parts).astype(np.float32)
         return np.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
 
-    def _state_features(self, s: SceneState) -> np.ndarray:
-        """Positions that matter to this task, for the judgement cache's nearest-neighbour reuse."""
-        parts = [s.gripper_pos, [s.gripper_width]] + [s.objects[n].pos for n in self.task.movable]
-        return np.concatenate(parts).astype(np.float32)
-
     def _info(self, s: SceneState) -> dict[str, Any]:
         status = self._status = self.task.status(s)  # every predicate evaluated once per step
         info: dict[str, Any] = {
+            "status": status,
             "is_success": status.success,
             "predicates": self.task.predicate_values(s, status),
             "milestones_reached": status.reached,
@@ -245,6 +240,4 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
             "hazards": status.hazards,
             "step": self._steps,
         }
-        if self.captioner is not None:
-            info["description"] = self.captioner(s, features=self._state_features(s), status=status)
         return info

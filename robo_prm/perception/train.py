@@ -23,13 +23,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from robo_prm.describe.backbone import to_tensor
-from robo_prm.describe.clip import TextTower, clip_loss
-from robo_prm.describe.dataset import FrameSet, load_frames
-from robo_prm.describe.model import NetConfig, PerceptionNet
-from robo_prm.describe.slots import slot_names
-from robo_prm.describe.weights import load_perception, save_perception
-from robo_prm.task import load_task
+from robo_prm.perception.backbone import to_tensor
+from robo_prm.perception.clip import TextTower, clip_loss
+from robo_prm.perception.dataset import FrameSet, load_frames
+from robo_prm.perception.model import NetConfig, PerceptionNet
+from robo_prm.perception.slots import slot_names
+from robo_prm.perception.weights import load_perception, save_perception
+from robo_prm.envs.task import load_task
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ def train(cfg: PerceptionTrainConfig, data: FrameSet | None = None, progress: bo
     }
     goals = [load_task(t).spec.goal for t in meta["tasks"]] if cfg.clip_weight else []
     out = save_perception(cfg.out, net, text, manifest, threshold, cache_texts=goals)
-    from robo_prm.describe import weights as _w
+    from robo_prm.perception import weights as _w
 
     _w._load.cache_clear()
     return out
@@ -284,7 +284,7 @@ def predict(net: PerceptionNet, frames: np.ndarray, batch: int = 256) -> dict[st
 def caption_matches(net: PerceptionNet, held: FrameSet, out: dict[str, np.ndarray], hazard_threshold: float = 0.5,
                     milestone_line: bool = True) -> dict[str, list[bool]]:
     """Per task: does each frame's pixel caption equal its state caption (`out` = predict(net, frames))?"""
-    from robo_prm.describe.captioner import PixelCaptioner
+    from robo_prm.perception.captioner import PixelCaptioner
 
     res = {}
     for ti, name in enumerate(held.meta["tasks"]):

@@ -9,14 +9,14 @@ frame → Trunk (EfficientNet-Lite0, stride 16) → Neck (shared vector z) →
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robo_prm.describe.backbone import Neck, Trunk
-from robo_prm.describe.slots import STATE_DIM, slot_sizes
+from robo_prm.perception.backbone import Neck, Trunk
+from robo_prm.perception.slots import STATE_DIM, slot_sizes
 
 
 @dataclass
@@ -64,6 +64,3 @@ class PerceptionNet(nn.Module):
         for name, logits in zip(self.slot_names, torch.split(self.slots(z), self._splits, dim=-1)):
             out[f"slot/{name}"] = logits
         return out
-
-    def config_dict(self) -> dict:
-        return asdict(self.cfg)

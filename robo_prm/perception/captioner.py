@@ -11,14 +11,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from robo_prm.describe.backbone import to_tensor
+from robo_prm.perception.backbone import to_tensor
 from robo_prm.describe.render import render
-from robo_prm.describe.slots import decode, state_from_vector
-from robo_prm.task import Task
+from robo_prm.perception.slots import decode, state_from_vector
+from robo_prm.envs.task import Task
 from robo_prm.types import SceneDescription
 
 
 class PixelCaptioner:
+    """A `Describer` (robo_prm.describe) that reads the rendered frame only."""
+
+    needs_frame = True
+
     def __init__(self, task: Task, net, milestone_line: bool = True, hazard_threshold: float = 0.5):
         self.task, self.net = task, net.eval()
         self.milestone_line = milestone_line and bool(task.milestone_checks)
@@ -45,6 +49,13 @@ class PixelCaptioner:
         """A batch of uint8 frames (B,S,S,3) → one SceneDescription each."""
         out = self.outputs(frames)
         return [self.from_outputs(out, i) for i in range(len(out["embed"]))]
+
+    def describe_step(self, state, status, frame: np.ndarray | None) -> SceneDescription:
+        if frame is None or frame.shape[0] != self.size or frame.shape[1] != self.size:
+            got = "no frame" if frame is None else f"{frame.shape[1]}×{frame.shape[0]} frames"
+            raise ValueError(f"the perception model reads {self.size}×{self.size} frames, got {got} "
+                             f"(make the env with width=height={self.size})")
+        return self(frame)
 
     def __call__(self, frame) -> SceneDescription:
         return self.describe(np.asarray(frame)[None])[0]

@@ -12,10 +12,11 @@ from dataclasses import asdict, dataclass, fields
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from robo_prm.describe.clip import RoboClip, TextTower
-from robo_prm.describe.model import NetConfig, PerceptionNet
+from robo_prm.perception.clip import ClipConfig, ClipModel, OpenClip, RoboClip, TextTower
+from robo_prm.perception.model import NetConfig, PerceptionNet
 
 WEIGHTS_FILE, CONFIG_FILE, MANIFEST_FILE = "perception.safetensors", "config.json", "manifest.json"
 
@@ -36,7 +37,7 @@ class PerceptionBundle:
         return RoboClip(self.net, self.text)
 
     def captioner(self, task, milestone_line: bool = True):
-        from robo_prm.describe.captioner import PixelCaptioner
+        from robo_prm.perception.captioner import PixelCaptioner
 
         return PixelCaptioner(task, self.net, milestone_line, self.hazard_threshold)
 
@@ -91,3 +92,30 @@ def _load(folder: str) -> PerceptionBundle:
 def load_perception(folder: str | Path | None = None) -> PerceptionBundle:
     """A trained perception folder (default: the shipped weights); cached per process."""
     return _load(str(Path(folder).resolve() if folder else shipped_folder()))
+
+
+def make_clip(cfg: ClipConfig | None = None) -> ClipModel:
+    cfg = cfg or ClipConfig()
+    if cfg.arch == "robo_prm":
+        bundle = load_perception(cfg.weights)
+        return bundle.clip()
+    return OpenClip(cfg.arch, cfg.weights)
+
+
+_DEFAULT: ClipModel | None = None
+
+
+@torch.no_grad()
+def goal_similarity(frames, text: str, clip: ClipModel | None = None) -> np.ndarray:
+    """Cosine similarity of each frame's image embedding to `text` (VLM-RM style), shape (B,).
+
+    `frames`: uint8 (B,H,W,3) or (H,W,3), rendered at the model's frame size (the shipped model: 128 px).
+    Without `clip`, the default (shipped in-domain) model is loaded once per process."""
+    global _DEFAULT
+    if clip is None:
+        if _DEFAULT is None:
+            _DEFAULT = make_clip()
+        clip = _DEFAULT
+    img = clip.encode_image(frames)
+    txt = clip.encode_text([text])
+    return (img @ txt.T)[:, 0].float().cpu().numpy()

@@ -20,10 +20,10 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from robo_prm.describe.slots import STATE_DIM, SlotLabels, slot_names
+from robo_prm.perception.slots import STATE_DIM, SlotLabels, slot_names
 from robo_prm.describe.state_captioner import StateCaptioner
 from robo_prm.envs.scene import OBJECT_KIND, OBJECT_REST_Z, TABLE_TOP_Z, TABLE_X, TABLE_Y
-from robo_prm.task import load_task
+from robo_prm.envs.task import load_task
 
 POLICIES = ("random", "expert", "perturbed")
 
@@ -130,7 +130,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     keys = predicate_keys(cfg.tasks)
     col = {k: i for i, k in enumerate(keys)}
     tasks = [load_task(t) for t in cfg.tasks]
-    envs = [TidyTableEnv(t, render_mode="rgb_array", width=cfg.size, height=cfg.size, describe=False) for t in tasks]
+    envs = [TidyTableEnv(t, render_mode="rgb_array", width=cfg.size, height=cfg.size) for t in tasks]
     captioners = [StateCaptioner(t) for t in tasks]
     rng = np.random.default_rng(cfg.seed)
     shards = _Shards(out, cfg.shard_size)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gymnasium
 
-from robo_prm.task import shipped_tasks
+from robo_prm.envs.task import shipped_tasks
 
 ENTRY_POINT = "robo_prm.envs.tidy_env:TidyTableEnv"
 

@@ -13,16 +13,12 @@ import shlex
 import sys
 from dataclasses import fields
 
-
-def _overrides(extra: list[str]) -> dict:
-    from robo_prm.cli import _split_overrides
-
-    return _split_overrides(extra)
+from robo_prm.config_io import parse_overrides
 
 
 def _train_config(args, extra, stage: str):
     from robo_prm.config_io import from_dict
-    from robo_prm.describe.train import PerceptionTrainConfig, captioner_defaults, clip_defaults
+    from robo_prm.perception.train import PerceptionTrainConfig, captioner_defaults, clip_defaults
 
     base = PerceptionTrainConfig()
     base = clip_defaults(base) if stage == "clip" else captioner_defaults(base)
@@ -30,14 +26,14 @@ def _train_config(args, extra, stage: str):
     for key in ("data", "out", "init"):
         if getattr(args, key, None) is not None:
             data[key] = getattr(args, key)
-    data.update(_overrides(extra))
+    data.update(parse_overrides(extra))
     return from_dict(PerceptionTrainConfig, data)
 
 
 def cmd_collect(args, extra) -> int:
     import torch
 
-    from robo_prm.describe.dataset import CollectConfig, collect
+    from robo_prm.perception.dataset import CollectConfig, collect
 
     torch.set_num_threads(1)
     cfg = CollectConfig(tasks=[t for t in args.tasks.split(",") if t], frames=args.frames, size=args.size,
@@ -51,7 +47,7 @@ def cmd_collect(args, extra) -> int:
 
 
 def cmd_train(args, extra, stage: str) -> int:
-    from robo_prm.describe.train import train
+    from robo_prm.perception.train import train
 
     cfg = _train_config(args, extra, stage)
     command = "robo-prm perception " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else ""
@@ -65,16 +61,16 @@ def cmd_train(args, extra, stage: str) -> int:
 def cmd_caption(args, extra) -> int:
     """Render a seeded reset (or an expert step) and print the pixel caption next to the state caption."""
     from robo_prm.describe.state_captioner import StateCaptioner
-    from robo_prm.describe.weights import load_perception
+    from robo_prm.perception.weights import load_perception
     from robo_prm.envs.experts import ScriptedExpert
     from robo_prm.envs.tidy_env import TidyTableEnv
-    from robo_prm.task import load_task
+    from robo_prm.envs.task import load_task
 
     if extra:
         raise SystemExit(f"robo-prm perception caption: unknown option {extra[0]}")
     bundle = load_perception(args.weights)
     task = load_task(args.task)
-    env = TidyTableEnv(task, render_mode="rgb_array", width=bundle.net.cfg.size, height=bundle.net.cfg.size, describe=False)
+    env = TidyTableEnv(task, render_mode="rgb_array", width=bundle.net.cfg.size, height=bundle.net.cfg.size)
     try:
         obs, _ = env.reset(seed=args.seed)
         expert = ScriptedExpert(env, seed=args.seed) if args.steps else None
@@ -95,12 +91,13 @@ def cmd_goal_sim(args, extra) -> int:
     import numpy as np
     from scipy.stats import spearmanr
 
-    from robo_prm.describe.clip import ClipConfig, goal_similarity, make_clip
+    from robo_prm.perception.clip import ClipConfig
+    from robo_prm.perception.weights import goal_similarity, make_clip
     from robo_prm.envs.experts import ScriptedExpert, rollout
     from robo_prm.envs.tidy_env import TidyTableEnv
-    from robo_prm.task import load_task
+    from robo_prm.envs.task import load_task
 
-    over = _overrides(extra)
+    over = parse_overrides(extra)
     cfg = ClipConfig(arch=over.pop("clip.arch", "robo_prm"), weights=over.pop("clip.weights", None))
     if over:
         raise SystemExit(f"robo-prm perception goal-sim: unknown option --{next(iter(over))}")
@@ -110,7 +107,7 @@ def cmd_goal_sim(args, extra) -> int:
         raise SystemExit(f"robo-prm: error: {exc}") from None
     size = clip.net.cfg.size if hasattr(clip, "net") else 224
     task = load_task(args.task)
-    env = TidyTableEnv(task, render_mode="rgb_array", width=size, height=size, describe=False)
+    env = TidyTableEnv(task, render_mode="rgb_array", width=size, height=size)
     try:
         infos, _, frames, success = rollout(env, ScriptedExpert(env, seed=args.seed), seed=args.seed, render=True)
     finally:
