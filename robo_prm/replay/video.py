@@ -27,6 +27,7 @@ import numpy as np
 
 from robo_prm.replay import draw
 from robo_prm.replay.episode import Episode, StepRecord
+from robo_prm.replay.panel import Pen, panel_hazards, panel_header, panel_reason, panel_terms
 from robo_prm.types import Judgement
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,8 @@ def _frame_infos(ep: Episode) -> list[_FrameInfo]:
                 reason, reason_at = step.judgement.reason, t
         out.append(_FrameInfo(step, judgement, judged_at, reason, reason_at, success_from is not None and t >= success_from))
     return out
+
+
 
 
 class _Renderer:
@@ -175,84 +178,13 @@ class _Renderer:
     def _panel_at(self, t: int) -> np.ndarray:
         lay = self.lay
         img = np.full((lay.panel_h, lay.panel_w, 3), draw.PANEL_BG, np.uint8)
+        pen = Pen(img, x=12, w=lay.panel_w - 24, s=lay.scale, compact=not lay.side)
+        title = f"{self.ep.meta.task}  {self.ep.meta.algo}  seed {self.ep.meta.seed}"
         info = self.infos[t]
-        s = lay.scale
-        x, w = 12, lay.panel_w - 24
-        compact = not lay.side
-        n = self.ep.num_frames - 1
-
-        y = 8
-        if not compact:
-            title = f"{self.ep.meta.task}  {self.ep.meta.algo}  seed {self.ep.meta.seed}"
-            y = draw.put(img, draw.wrap(title, w, s * 0.8, 1)[0], x, y, s * 0.8, draw.GREY)
-        step_text = f"step {t}/{n}" + ("  (reset)" if t == 0 else "")
-        j = info.judgement
-        if j is None:
-            score_text, color = "score -/10", draw.GREY
-        else:
-            score_text, color = f"score {j.score:.1f}/10", draw.progress_color(j.progress)
-        if compact:
-            y = draw.put(img, step_text, x, y, s, draw.WHITE)
-            draw.put(img, score_text, x + w // 2, 8, s * 1.1, color, 1)
-        else:
-            y = draw.put(img, step_text, x, y, s * 1.2, draw.WHITE, 1)
-            y = draw.put(img, score_text, x, y, s * 1.6, color, 2)
-        draw.bar(img, x, y, w, 8 if compact else 12, j.progress if j else float("nan"), color)
-        y += 14 if compact else 20
-        if j is not None and not compact:
-            note = f"conf {j.confidence:.2f}  {j.backend}" + ("  (rules fallback)" if j.fallback else "")
-            if info.judged_at is not None and info.judged_at != t:
-                note += f"  (from step {info.judged_at})"
-            y = draw.put(img, note, x, y, s * 0.8, draw.GREY)
-
-        # reason: held from the last step that had one, greyed when held
-        y += 2
-        held = info.reason is not None and info.reason_at != t
-        label = "reason" + (f" (step {info.reason_at})" if held else "")
-        y = draw.put(img, label, x, y, s * 0.8, draw.DIM)
-        for line in draw.wrap(info.reason or "-", w, s, 3 if compact else 6):
-            y = draw.put(img, line, x, y, s, draw.GREY if held or not info.reason else draw.WHITE)
-
-        # hazards the judge reports for this frame's judgement, most likely first
-        y += 4
-        hazards = sorted(j.hazards, key=lambda h: -h.probability) if j is not None else []
-        if compact:
-            names = ", ".join(f"{h.name} {h.probability:.0%}" for h in hazards if h.probability >= 0.5)
-            line = draw.wrap(f"hazards: {names}" if names else "hazards: none", w, s, 1)[0]
-            y = draw.put(img, line, x, y, s, draw.RED if names else draw.DIM)
-        else:
-            y = draw.put(img, "hazards (judge)", x, y, s * 0.8, draw.DIM)
-            if not hazards:
-                y = draw.put(img, "none", x, y, s, draw.DIM)
-            for h in hazards[:4]:
-                c = draw.RED if h.probability >= 0.5 else (150, 80, 70)
-                y = draw.put(img, draw.wrap(f"{h.name}  p={h.probability:.2f}", w, s, 1)[0], x, y, s, c, 1 + (h.probability >= 0.5))
-            if info.step is not None and info.step.hazards_true:
-                sim = draw.wrap("sim: " + ", ".join(info.step.hazards_true), w, s * 0.8, 1)[0]
-                y = draw.put(img, sim, x, y, s * 0.8, draw.ORANGE)
-
-        # reward terms: small text; total last
-        y += 4
-        step = info.step
-        terms = step.reward_terms if step is not None else {}
-        if compact:
-            if "total" in terms:
-                draw.put(img, f"reward {terms['total']:+.3f}", x, y, s, draw.GREY)
-        else:
-            y = draw.put(img, "reward terms", x, y, s * 0.8, draw.DIM)
-            ts = s * 0.8
-            names = [k[5:] for k in terms if k.startswith("term/")]
-            for name in names:
-                wt = terms.get(f"weight/{name}")
-                line = f"{name:<8} {terms[f'term/{name}']:+.3f}" + (f"  x{wt:.2f}" if wt is not None else "")
-                y = draw.put(img, line, x, y, ts, draw.GREY)
-            others = [k for k in terms if not k.startswith(("term/", "weight/")) and k != "total"]
-            for k in others:
-                y = draw.put(img, f"{k:<8} {terms[k]:+.3f}", x, y, ts, draw.GREY)
-            if step is not None:
-                y = draw.put(img, f"{'env rew':<8} {step.env_reward:+.3f}", x, y, ts, draw.GREY)
-            if "total" in terms:
-                y = draw.put(img, f"{'total':<8} {terms['total']:+.3f}", x, y, ts, draw.WHITE)
+        y = panel_header(pen, title, t, self.ep.num_frames - 1, info)
+        y = panel_reason(pen, y + 2, info, t)
+        y = panel_hazards(pen, y + 4, info)
+        panel_terms(pen, y + 4, info)
         return img
 
     def frame(self, t: int) -> np.ndarray:
