@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from robo_prm.judge import JudgeConfig, OpenAIConfig, bundled_model_path, make_judge
+from robo_prm.judge.parse import parse_answer
 from robo_prm.envs.task import load_task
 from robo_prm.types import SceneDescription
 
@@ -90,12 +91,38 @@ def test_openai_backend_text_votes(server):
     judge = make_judge(JudgeConfig(backend="openai", openai=OpenAIConfig(base_url=server), confidence_threshold=0.0,
                                    votes=3, reason_tokens=16))
     judge.backend.logprobs = False  # as if the server had answered without them
+    texts = []
+    real = judge.backend._complete
+
+    def recording(*args, **kwargs):
+        out = real(*args, **kwargs)
+        texts.append(out.get("text", ""))
+        return out
+
+    judge.backend._complete = recording
     [s] = judge.backend.score(task.text, SCENES[:1], hazards=ALL_HAZARDS, explain=True)
-    if s.digits is not None:  # the zero-shot 135M model may answer without a digit: then no votes parse
-        assert np.isclose(s.digits.sum(), 1.0) and 0.0 < s.digit_mass <= 1.0 and 0.0 <= s.progress <= 1.0
+    assert len(texts) == 3  # three votes were asked of the real server
+    # what the server answered is what the score is made of (the arithmetic itself: the test below)
+    votes = [parse_answer("Score:" + t).score for t in texts]
+    assert (s.digits is None) == all(v is None for v in votes)
     assert set(s.hazards) == {"tool_near_edge", "tool_fell"}
-    [j] = judge.judge(task.text, SCENES[:1])
-    assert 0.0 <= j.progress <= 1.0
+
+
+def test_text_votes_arithmetic():
+    """Three text answers → histogram over the parsed digits, the share that parsed, the lower median,
+    and each hazard's share of the answers that name it."""
+    task = load_task("push_tool_from_edge")
+    judge = make_judge(JudgeConfig(backend="openai", openai=OpenAIConfig(base_url="http://127.0.0.1:9/v1"), votes=3))
+    answers = iter([" 8\nReason: next to the hammer.\nHazards: tool fell", " 3", " no idea"])
+    judge.backend._complete = lambda *a, **k: {"text": next(answers)}
+    s = judge.backend._score_votes(task.text, "prompt", ALL_HAZARDS, explain=True)
+    eight, three = parse_answer("Score: 8").score, parse_answer("Score: 3").score
+    want = np.zeros(10)
+    want[[eight, three]] = 0.5
+    np.testing.assert_allclose(s.digits, want)
+    assert s.digit_mass == pytest.approx(2 / 3) and s.progress == pytest.approx(three / 9)
+    assert s.hazards == {"tool_near_edge": 0.0, "tool_fell": pytest.approx(1 / 3)}
+    assert s.reason == "next to the hammer."
 
 
 def test_dead_server_falls_back_to_rules(caplog, monkeypatch):
