@@ -14,48 +14,48 @@ from robo_prm.envs.state import SceneState, snapshot
 from robo_prm.envs.task import load_task
 
 # reset(seed=k) → description text, per shipped task. Generated once, read, then frozen.
-RESET_TEXTS = {
-    ("reach_tool", 0): "The gripper is closed, 15 cm from the hammer. The hammer lies in the middle of the table. Milestones reached: 0 of 1.",
-    ("reach_tool", 1): "The gripper is closed, 20 cm from the hammer. The hammer lies in the middle of the table. Milestones reached: 0 of 1.",
-    ("push_tool_from_edge", 0): "The gripper is closed, 30 cm from the hammer. The hammer lies 5 cm from the front edge of the table. Milestones reached: 0 of 2.",
-    ("push_tool_from_edge", 1): "The gripper is closed, 30 cm from the hammer. The hammer lies 5 cm from the front edge of the table. Milestones reached: 0 of 2.",
-    ("place_cup_in_bin", 0): "The gripper is closed, 15 cm from the glass cup. The glass cup stands in the middle of the table. Milestones reached: 0 of 5.",
-    ("place_cup_in_bin", 1): "The gripper is closed, 15 cm from the glass cup. The glass cup stands in the middle of the table. Milestones reached: 0 of 5.",
-    ("tidy_table", 0): (
-        "The gripper is closed, 15 cm from the glass cup. The hammer lies 5 cm from the front edge of the table. "
-        "The screwdriver lies 10 cm from the back edge of the table. The glass cup stands in the middle of the table. "
-        "Milestones reached: 0 of 5."
-    ),
-    ("tidy_table", 1): (
-        "The gripper is closed, 10 cm above the glass cup. The hammer lies 5 cm from the front edge of the table. "
-        "The screwdriver lies in the middle of the table. The glass cup stands in the middle of the table. "
-        "Milestones reached: 0 of 5."
-    ),
-}
-RESET_FACTS = {
-    ("push_tool_from_edge", 0): ("gripper_closed", "distance(gripper, hammer) = 30 cm", "near_edge(hammer, front)"),
-    ("tidy_table", 1): (
-        "gripper_closed",
-        "above(gripper, glass cup)",
-        "near_edge(hammer, front)",
-        "in_zone(screwdriver, middle)",
-        "in_zone(glass cup, middle)",
-    ),
-}
+# One object placed by hand per task, the gripper where reset leaves it (1.342, 0.749, 0.535), closed.
+# Expected words worked out from the bucket rules (distance_words, NEAR_EDGE_M, the middle zone
+# x 1.22–1.42, y 0.62–0.88), not copied from a run.
+PLACED_PER_TASK = [
+    # hammer 12 cm away diagonally (horizontal 4 cm, so not "above"): the 15 cm bucket; in the middle zone
+    ("reach_tool", "tool0", (1.30, 0.75, 0.42),
+     "The gripper is closed, 15 cm from the hammer. The hammer lies in the middle of the table. Milestones reached: 0 of 1.",
+     ("gripper_closed", "distance(gripper, hammer) = 15 cm", "in_zone(hammer, middle)")),
+    # straight below the gripper, 11.5 cm down: "above", 15 cm; within 12 cm, so close_to_hammer holds
+    ("reach_tool", "tool0", (1.342, 0.749, 0.42),
+     "The gripper is closed, 15 cm above the hammer. The hammer lies in the middle of the table. Milestones reached: 1 of 1.",
+     ("gripper_closed", "above(gripper, hammer)", "in_zone(hammer, middle)")),
+    # 2.5 cm from the front edge (x 1.55); the gripper 21.6 cm away: the 30 cm bucket
+    ("push_tool_from_edge", "tool0", (1.525, 0.75, 0.42),
+     "The gripper is closed, 30 cm from the hammer. The hammer lies 3 cm from the front edge of the table. Milestones reached: 0 of 2.",
+     ("gripper_closed", "distance(gripper, hammer) = 30 cm", "near_edge(hammer, front)")),
+    # y 0.90 is past the middle zone, x 1.30 behind its centre: the back right part; 20 cm from the gripper
+    ("place_cup_in_bin", "cup0", (1.30, 0.90, 0.44),
+     "The gripper is closed, 20 cm from the glass cup. The glass cup stands on the back right part of the table. "
+     "Milestones reached: 0 of 5.",
+     ("gripper_closed", "distance(gripper, glass cup) = 20 cm", "on_table(glass cup, back-right)")),
+]
 
 
-@pytest.mark.parametrize("task, seed", list(RESET_TEXTS))
-def test_reset_snapshot(make_env, task, seed):
+@pytest.mark.parametrize("task, sim, pos, text, facts", PLACED_PER_TASK)
+def test_hand_placed_scene_per_task(make_env, task, sim, pos, text, facts):
     env = make_env(task)
-    _, info = env.reset(seed=seed)
-    d = info["description"]
-    assert d.text == RESET_TEXTS[task, seed]
-    if (task, seed) in RESET_FACTS:
-        assert d.facts == RESET_FACTS[task, seed]
-    t = env.unwrapped.task
-    s = env.unwrapped.scene_state
-    assert d.hazards == t.active_hazards(s) and d.rule_progress == t.rule_progress(s)
-    assert d.milestones_reached == 0 and d.milestones_total == len(t.milestone_checks)
+    env.reset(seed=0)
+    s = env.unwrapped.place(sim, pos)
+    d = env.describer(s)
+    assert (d.text, d.facts) == (text, facts)
+
+
+@pytest.mark.parametrize("task", ["reach_tool", "push_tool_from_edge", "place_cup_in_bin", "tidy_table"])
+def test_reset_description_agrees_with_the_task_status(make_env, task):
+    env = make_env(task)
+    _, info = env.reset(seed=0)
+    d, status = info["description"], info["status"]
+    t, s = env.unwrapped.task, env.unwrapped.scene_state
+    assert d == env.describer(s)  # the wrapper's description is the describer's, of the state the env holds
+    assert d.hazards == status.hazards == t.active_hazards(s) and d.rule_progress == status.rule_progress
+    assert d.milestones_reached == status.reached == 0 and d.milestones_total == len(t.milestone_checks)
 
 
 # ---- hand-placed scenes on the tidy table (all three objects) ------------------------------------

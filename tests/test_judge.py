@@ -179,10 +179,21 @@ def test_templates_fill_with_shipped_task(name, render):
     assert all(t.endswith(f"Score: {d}\nReason:") for d, t in enumerate(p.reason_tails))
 
 
-def test_every_template_file_is_used():
-    used = {"system", "task", "scene", "hazard_question", "score_answer", "hazard_answer", "reason_answer",
-            "dimension_item", "hazard_item"}
-    assert set(template_names()) == used
+def test_every_template_file_is_used(monkeypatch, task):
+    """Building a task's prompt (with hazards) and a scene's text loads every .txt in prompts/: no
+    template file is dead, and no code asks for one that is not there."""
+    from robo_prm.judge import prompt as prompt_mod
+
+    loaded = []
+
+    def recording(name):
+        loaded.append(name)
+        return load_template(name)
+
+    monkeypatch.setattr(prompt_mod, "load_template", recording)
+    build_prompt(task.text, chatml)
+    prompt_mod.scene_text(SCENES[0])
+    assert set(loaded) == set(template_names())
     assert load_template("score_answer") == "Score:"
     assert scene_text(SCENES[0]) == SCENES[0].text
 
