@@ -126,7 +126,8 @@ def test_writer_checks_counts_and_is_atomic(tmp_path):
     (lambda p: (p / "frames.npz").unlink(), r"frames\.npz: file not found"),
     (lambda p: (p / "frames.npz").write_bytes(b"not a zip"), r"frames\.npz: not a readable"),
     (lambda p: (p / "meta.json").write_text("{oops"), r"meta\.json: not valid JSON"),
-    (lambda p: (p / "steps.jsonl").write_text('{"step": 0}\n{"step": 1, "action": [1,\n'), r"steps\.jsonl: line 2"),
+    (lambda p: (p / "steps.jsonl").write_text('{"step": 0}\n{"step": 1, "action": [1,\n{"step": 2}\n'), r"steps\.jsonl: line 2"),
+    (lambda p: (p / "meta.json").write_bytes(b'{"task": "t\xff\xfe"}'), r"meta\.json: not UTF-8 text"),
     (lambda p: (p / "steps.jsonl").write_text('{"step": 0}\n'), r"frames\.npz: 13 frames for 1 steps"),
 ])
 def test_corrupt_episode_names_the_file(tmp_path, damage, message):
@@ -134,6 +135,25 @@ def test_corrupt_episode_names_the_file(tmp_path, damage, message):
     damage(path)
     with pytest.raises(EpisodeError, match=message):
         load_episode(path)
+
+
+def test_a_truncated_last_line_loses_one_step_not_the_episode(tmp_path, caplog):
+    path = write_episode(tmp_path / "ep")
+    whole = load_episode(path)
+    lines = (path / "steps.jsonl").read_bytes().splitlines(keepends=True)
+    (path / "steps.jsonl").write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])  # killed mid-write
+    ep = load_episode(path)
+    assert ep.steps == whole.steps[:-1] and np.array_equal(ep.frames, whole.frames[:-1])
+    assert "line 12 dropped" in caplog.text
+
+
+def test_a_stray_byte_spoils_nothing_but_its_characters(tmp_path):
+    path = write_episode(tmp_path / "ep")
+    whole = load_episode(path)
+    text = (path / "steps.jsonl").read_bytes()
+    (path / "steps.jsonl").write_bytes(text.replace(b'"hammer at', b'"\xff hammer at', 1))
+    ep = load_episode(path)
+    assert ep.steps[0].description == "\ufffd " + whole.steps[0].description and ep.steps[1:] == whole.steps[1:]
 
 
 def test_missing_folder(tmp_path):

@@ -27,6 +27,7 @@ Non-finite floats are written as JSON NaN/Infinity (Python's json reads them bac
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -37,6 +38,8 @@ from typing import Any
 import numpy as np
 
 from robo_prm.types import HazardReport, Judgement
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
@@ -294,6 +297,27 @@ class EpisodeWriter:
             self.discard()
 
 
+def _read_steps(path: Path) -> list[StepRecord]:
+    """One StepRecord per line. A run killed mid-write leaves a truncated last line: that one step is
+    dropped with a warning; a bad line anywhere else is an EpisodeError naming the line."""
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")  # a stray byte spoils one line, not the file
+    except FileNotFoundError:
+        raise EpisodeError(f"{path}: file not found") from None
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    steps: list[StepRecord] = []
+    for k, (n, line) in enumerate(lines):
+        try:
+            steps.append(StepRecord.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = f"not valid JSON: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else f"bad or missing field: {exc}"
+            if k == len(lines) - 1 and k > 0:
+                log.warning("%s: line %d dropped (%s): a truncated last line loses one step", path, n, what)
+                break
+            raise EpisodeError(f"{path}: line {n}: {what}") from None
+    return steps
+
+
 def load_episode(dir: str | Path) -> Episode:
     """Read an episode folder; any problem raises EpisodeError naming the file."""
     dir = Path(dir)
@@ -307,6 +331,8 @@ def load_episode(dir: str | Path) -> Episode:
         raise EpisodeError(f"{path}: file not found") from None
     except json.JSONDecodeError as exc:
         raise EpisodeError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise EpisodeError(f"{path}: not UTF-8 text") from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise EpisodeError(f"{path}: bad or missing field: {exc}") from None
 
@@ -323,22 +349,9 @@ def load_episode(dir: str | Path) -> Episode:
     if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[3] != 3:
         raise EpisodeError(f"{path}: expected uint8 T×H×W×3 frames, got {frames.dtype} {frames.shape}")
 
-    path = dir / STEPS_FILE
-    steps: list[StepRecord] = []
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise EpisodeError(f"{path}: file not found") from None
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            steps.append(StepRecord.from_dict(json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise EpisodeError(f"{path}: line {n}: not valid JSON: {exc.msg}") from None
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise EpisodeError(f"{path}: line {n}: bad or missing field: {exc}") from None
-
+    steps = _read_steps(dir / STEPS_FILE)
+    if len(frames) == len(steps) + 2:  # the last step's line was dropped (see _read_steps): drop its frame too
+        frames = frames[: len(steps) + 1]
     if len(frames) != len(steps) + 1:
         raise EpisodeError(f"{dir / FRAMES_FILE}: {len(frames)} frames for {len(steps)} steps in {STEPS_FILE}; expected steps + 1")
     if not math.isfinite(meta.fps) or meta.fps <= 0:
