@@ -2,18 +2,24 @@
 GGUF merge arithmetic, evaluation and the labelling page. Everything here is small and fast."""
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import urllib.parse
 import urllib.request
+from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from robo_prm.finetune.calibrate import ece, fit_calibrator, isotonic_fit, save_calibrator
-from robo_prm.finetune.labels import (WORD_SWAPS, Label, label_states, progress_to_target, read_labels, rollout_states,
-                                      target_to_digit, task_variants, text_of, write_labels)
+from robo_prm.config_io import load_yaml
+from robo_prm.finetune.calibrate import fit_calibrator, isotonic_fit, save_calibrator
+from robo_prm.finetune.labels import (HELDOUT_TASKS, PARAPHRASES, TRAIN_TASKS, WORD_SWAPS, Label, label_states,
+                                      progress_to_target, read_labels, rollout_states, target_to_digit, task_variants,
+                                      text_of, variants_dir, write_labels)
+from robo_prm.metrics import ece
 from robo_prm.judge.scoring import Calibrator
 from robo_prm.envs.task import load_task
 
@@ -80,6 +86,34 @@ def test_heldout_text_never_in_training_variants():
     assert task_variants("place_cup_in_bin", "train") == []
     tray = [v for v in task_variants("place_cup_in_bin", "heldout") if v.name == "tray"][0]
     assert "green tray" in tray.task.spec.goal and tray.task.words == {"cup0": "glass cup", "tray": "green tray"}
+
+
+def test_variant_data_from_yaml_makes_the_variants_the_python_made():
+    """configs/variants/*.yaml hold the word swaps, paraphrases and cup-to-tray task that were Python literals in
+    labels.py; tests/data/variants_before.json was captured from that Python. Same data → the same variants →
+    the same labels as the shipped judge was trained on."""
+    old = json.loads((Path(__file__).parent / "data" / "variants_before.json").read_text())
+    assert WORD_SWAPS == old["word_swaps"] and list(WORD_SWAPS) == list(old["word_swaps"])  # order: variant order
+    assert {t: {s: [list(p) for p in v] for s, v in sp.items()} for t, sp in PARAPHRASES.items()} == old["paraphrases"]
+    assert load_yaml(variants_dir() / "place_cup_in_tray.yaml") == old["cup_to_tray_raw"]
+    made = {f"{b}/{s}": [(v.name, v.split, v.base, v.plan, asdict(v.task.spec)) for v in task_variants(b, s)]
+            for b in TRAIN_TASKS + HELDOUT_TASKS for s in ("train", "heldout")}
+    assert hashlib.sha256(json.dumps(made, sort_keys=True).encode()).hexdigest() == old["variants_sha256"]
+
+
+def test_cup_to_tray_is_a_real_task_file_its_plan_solves():
+    from robo_prm.envs.experts import ScriptedExpert
+    from robo_prm.envs.rollout import rollout
+    from robo_prm.envs.tidy_env import TidyTableEnv
+
+    task = load_task(variants_dir() / "place_cup_in_tray.yaml")
+    assert task.name == "place_cup_in_tray" and "place_cup_in_tray" not in str(load_task("place_cup_in_bin").source)
+    [tray] = [v for v in task_variants("place_cup_in_bin", "heldout") if v.name == "tray"]
+    env = TidyTableEnv(task)
+    try:
+        assert rollout(env, ScriptedExpert(env, plan=tray.plan), 0).success
+    finally:
+        env.close()
 
 
 # ---- LoRA -----------------------------------------------------------------------------------
@@ -227,7 +261,8 @@ def test_label_ui_records_a_label(tmp_path):
         page = urllib.request.urlopen(base + "/?i=0").read().decode()
         assert "Scene 1 of 2" in page and "tool_near_edge" in page and "/frame?i=0" in page
         assert urllib.request.urlopen(base + "/frame?i=0").read() == png.read_bytes()
-        body = urllib.parse.urlencode({"i": 0, "score": 7, "hazard": "tool_near_edge"}).encode()
+        body = urllib.parse.urlencode({"i": 0, "score": 7, "hazard": "tool_near_edge", "token": session.token}).encode()
+        assert f'value="{session.token}"' in page  # the form carries the session token
         resp = urllib.request.urlopen(base + "/label", data=body)
         assert "Scene 2 of 2" in resp.read().decode()  # redirected to the next scene
     finally:
