@@ -32,6 +32,7 @@ Combine with ``and``, ``or``, ``not``, parentheses, comparisons ``< <= > >=`` an
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -126,12 +127,27 @@ def word_key(word: str) -> str:
     return "_".join(word.lower().split())
 
 
+MAX_SOURCE_CHARS = 500  # a task's longest shipped predicate is ~90 characters
+MAX_DEPTH = 24  # nesting of and/or/not/arithmetic/calls; bounded before the recursive compile
+
+
 def compile_predicate(source: str, names: dict[str, str], want: str = "bool") -> Predicate:
-    """Parse and type-check `source`. `names` maps every word usable in it to a sim name."""
+    """Parse and type-check `source`. `names` maps every word usable in it to a sim name.
+
+    Size and nesting are bounded before anything recursive runs, so a hostile task file costs a
+    one-line error, not a RecursionError or MemoryError."""
+    if not isinstance(source, str):
+        raise PredicateError(f"expected a predicate as text, got {type(source).__name__}")
+    if len(source) > MAX_SOURCE_CHARS:
+        raise PredicateError(f"too long ({len(source)} characters; at most {MAX_SOURCE_CHARS})")
     try:
         tree = ast.parse(source.strip(), mode="eval").body
     except SyntaxError as exc:
         raise PredicateError(f"cannot parse '{source}': {exc.msg}") from None
+    except (RecursionError, MemoryError, ValueError):
+        raise PredicateError("cannot parse: nested too deeply") from None
+    if _depth(tree) > MAX_DEPTH:
+        raise PredicateError(f"nested too deeply (at most {MAX_DEPTH} levels)")
     mentioned: list[str] = []
     fn, kind = _compile(tree, names, mentioned)
     if kind != want:
@@ -139,16 +155,36 @@ def compile_predicate(source: str, names: dict[str, str], want: str = "bool") ->
     return Predicate(source=source.strip(), kind=kind, fn=fn, objects=tuple(dict.fromkeys(mentioned)))
 
 
+def _depth(tree: ast.AST) -> int:
+    """Nesting depth of an expression tree, without recursion."""
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, d = todo.pop()
+        deepest = max(deepest, d)
+        todo.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
 def kind_word(kind: str) -> str:
     return {"bool": "true/false condition", "num": "number"}[kind]
+
+
+def _finite(value) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise PredicateError(f"expected a number, got {value!r}") from None
+    if not math.isfinite(out):
+        raise PredicateError(f"numbers must be finite, got {value!r}")
+    return out
 
 
 def _resolve(node: ast.AST, arg_kind: str, names: dict[str, str], mentioned: list[str]):
     if arg_kind == "num":
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-            return float(node.value)
+            return _finite(node.value)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
-            return -float(node.operand.value)
+            return -_finite(node.operand.value)
         raise PredicateError(f"expected a number, got '{ast.unparse(node)}'")
     if not isinstance(node, ast.Name):
         raise PredicateError(f"expected a name, got '{ast.unparse(node)}'")
@@ -207,7 +243,7 @@ def _compile(node: ast.AST, names: dict[str, str], mentioned: list[str]) -> tupl
         op = _COMPARE[type(node.ops[0])]
         return (lambda s: bool(op(lf(s), rf(s)))), "bool"
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        value = float(node.value)
+        value = _finite(node.value)
         return (lambda s: value), "num"
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         name = node.func.id

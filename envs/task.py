@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from robo_prm.config_io import ConfigError, load_dataclass
-from robo_prm.envs.predicates import Predicate, PredicateError, compile_predicate, word_key
+from robo_prm.envs.predicates import FUNCTIONS, Predicate, PredicateError, compile_predicate, word_key
 from robo_prm.envs.scene import CONTAINERS, OBJECTS, PLACES, SCENE_FAMILIES, START_ZONES
 from robo_prm.types import HazardText, SceneState, TaskStatus, TaskText
 
@@ -59,6 +59,8 @@ class TaskSpec:
     max_steps: int = 50
     scene: str = "tidy_table"
 
+
+MAX_EPISODE_STEPS = 10_000  # 50–300 in the shipped tasks; a bound keeps a typo from making endless episodes
 
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 
@@ -110,8 +112,8 @@ class Task:
             self._fail("dimensions", "list at least one evaluation dimension")
         if s.scene not in SCENE_FAMILIES:
             self._fail("scene", f"unknown scene family '{s.scene}' (known: {', '.join(SCENE_FAMILIES)})")
-        if s.max_steps < 1:
-            self._fail("max_steps", "must be at least 1")
+        if not 1 <= s.max_steps <= MAX_EPISODE_STEPS:
+            self._fail("max_steps", f"must be in 1..{MAX_EPISODE_STEPS}, got {s.max_steps}")
         if not re.fullmatch(r"[A-Za-z0-9_\-]+", s.name):
             self._fail("name", f"use letters, digits, '_' or '-' only, got '{s.name}'")
         seen: set[str] = set()
@@ -123,14 +125,24 @@ class Task:
             seen.add(h.name)
 
     def _vocabulary(self) -> dict[str, str]:
-        words = {}
+        words: dict[str, str] = {}
+        reserved = {"gripper", *OBJECTS, *PLACES, *FUNCTIONS}
         for sim, word in self.spec.objects.items():
             if sim not in OBJECTS and sim not in PLACES:
                 known = ", ".join(OBJECTS + tuple(PLACES))
                 self._fail(f"objects.{sim}", f"unknown object '{sim}' (scene objects: {known})")
-            if not str(word).strip():
+            word = str(word).strip()
+            if not word:
                 self._fail(f"objects.{sim}", "needs a word, e.g. 'hammer'")
-            words[sim] = str(word).strip()
+            if len(word) > 40:
+                self._fail(f"objects.{sim}", f"a word of at most 40 characters, got {len(word)}")
+            key = word_key(word)
+            if key in reserved and key != sim:
+                self._fail(f"objects.{sim}", f"'{word}' is a reserved word (the gripper, a sim name, a place or a predicate)")
+            twin = next((other for other, w in words.items() if word_key(w) == key), None)
+            if twin is not None:
+                self._fail(f"objects.{sim}", f"'{word}' already names {twin}: each object needs its own word")
+            words[sim] = word
         if not any(sim in OBJECTS for sim in words):
             self._fail("objects", "name at least one movable object (tool0, tool1, cup0)")
         return words

@@ -1,40 +1,91 @@
 """YAML → typed dataclasses, with one-line errors that name the file and the field.
 
-Every config in robo_prm (task files, train configs) goes through `from_dict`, so a typo
-anywhere reads the same way: ``configs/tasks/x.yaml: milestones[1].when: unknown predicate 'nearr'``.
+Every config in robo_prm (task files, train configs, command-line flags through
+`robo_prm.config_flags`) goes through `from_dict`, so a typo anywhere reads the same way:
+``configs/tasks/x.yaml: milestones[1].when: unknown predicate 'nearr'``.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
+import reprlib
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import yaml
 
 T = TypeVar("T")
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as PyYAML's safe loader reads it, plus exponent floats without a dot (1e-5), which YAML 1.1 leaves as text."""
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                              re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"), list("-+.0123456789"))
+
+
 class ConfigError(ValueError):
     """A config value is wrong. The message is one line: 'where: what'."""
 
 
+MAX_CONFIG_BYTES = 1_000_000  # the largest shipped config is ~3 kB
+MAX_CONFIG_NODES = 100_000  # values after YAML aliases are expanded (a 500-byte alias bomb expands to billions)
+
+
 def load_yaml(path: str | Path) -> dict:
+    """A YAML mapping from `path`, bounded before it is parsed (size) and before anyone walks it
+    (expanded size), so a hostile file costs a one-line error, not a MemoryError."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: file not found")
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a YAML file")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {size} bytes; a config file is at most {MAX_CONFIG_BYTES}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_bytes().decode("utf-8"), Loader=_Loader)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" (line {mark.line + 1})" if mark else ""
         raise ConfigError(f"{path}: not valid YAML{line}: {getattr(exc, 'problem', exc)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    if _expanded_size(data, MAX_CONFIG_NODES) > MAX_CONFIG_NODES:
+        raise ConfigError(f"{path}: more than {MAX_CONFIG_NODES} values once its aliases are expanded")
     return data
+
+
+def _expanded_size(data: Any, cap: int) -> int:
+    """How many values `data` holds counting shared (aliased) parts each time they appear; stops past `cap`."""
+    n, todo = 0, [data]
+    while todo and n <= cap:
+        item = todo.pop()
+        n += 1
+        if isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+    return n
+
+
+def _short(value: Any) -> str:
+    """repr() for error messages, cut to a line (a value may be huge or deeply nested)."""
+    return _REPR.repr(value)
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlevel, _REPR.maxlist, _REPR.maxdict = 60, 60, 3, 6, 6
 
 
 def _convert(value: Any, tp: Any, where: str) -> Any:
@@ -53,20 +104,20 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
                 return _convert(value, arg, where)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{where}: unexpected value {value!r}")
+        raise ConfigError(errors[0] if errors else f"{where}: unexpected value {_short(value)}")
     if origin is typing.Literal:
         if value not in args:
-            raise ConfigError(f"{where}: must be one of {', '.join(map(repr, args))}, got {value!r}")
+            raise ConfigError(f"{where}: must be one of {', '.join(map(repr, args))}, got {_short(value)}")
         return value
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise ConfigError(f"{where}: expected a list, got {_short(value)}")
         item = args[0] if args else Any
         out = [_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(out) if origin is tuple else out
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping, got {_short(value)}")
         kt, vt = args if args else (Any, Any)
         return {_convert(k, kt, f"{where}"): _convert(v, vt, f"{where}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
@@ -78,32 +129,37 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
             return value.lower() in ("true", "yes", "1")
-        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        raise ConfigError(f"{where}: expected true/false, got {_short(value)}")
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {_short(value)}")
         try:
             out = float(value)
         except ValueError:
-            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+            raise ConfigError(f"{where}: expected a number, got {_short(value)}") from None
         if out != out:  # NaN never enters a config
             raise ConfigError(f"{where}: NaN is not allowed")
         return out
     if tp is int:
         if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {_short(value)}")
         try:
             out = int(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+            raise ConfigError(f"{where}: expected an integer, got {_short(value)}") from None
         if isinstance(value, float) and value != out:
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {_short(value)}")
         return out
     if tp is str:
         if isinstance(value, (dict, list)) or value is None:
-            raise ConfigError(f"{where}: expected text, got {value!r}")
+            raise ConfigError(f"{where}: expected text, got {_short(value)}")
         return str(value)
     return value
+
+
+def convert(value: Any, tp: Any, where: str = "") -> Any:
+    """One value → type `tp`, by the rules `from_dict` applies to every field (errors name `where`)."""
+    return _convert(value, tp, where)
 
 
 def from_dict(cls: type[T], data: Any, where: str = "") -> T:
@@ -113,7 +169,7 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     """
     here = where or "top level"
     if not isinstance(data, dict):
-        raise ConfigError(f"{here}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{here}: expected a mapping, got {_short(data)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]
@@ -167,30 +223,32 @@ def merge(base: dict, override: dict) -> dict:
 
 
 def parse_value(text: str) -> Any:
-    """CLI values are YAML scalars: 8 → int, 0.5 → float, true → bool, rules → str."""
+    """CLI values are YAML scalars: 8 → int, 0.5 and 1e-5 → float, true → bool, rules → str."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError:
         return text
 
 
-def parse_overrides(extra: list[str]) -> dict[str, Any]:
-    """['--judge.backend', 'rules', '--reward.judge_every=8'] → {'judge.backend': 'rules', 'reward.judge_every': 8}."""
+def parse_overrides(extra: list[str], allowed: Callable[[str], bool] | None = None, names: list[str] = ()) -> dict[str, Any]:
+    """['--judge.backend', 'rules', '--reward.judge_every=8'] → {'judge.backend': 'rules', 'reward.judge_every': 8}.
+    A key `allowed` refuses is an unknown option, named with the closest of `names`."""
     out: dict = {}
     i = 0
     while i < len(extra):
         arg = extra[i]
         if not arg.startswith("--"):
             raise ConfigError(f"unexpected argument '{arg}' (config fields are set as --field VALUE or --section.field VALUE)")
-        if "=" in arg:
-            key, value = arg[2:].split("=", 1)
-            i += 1
-        else:
+        key, eq, value = arg[2:].partition("=")
+        if allowed is not None and not allowed(key):
+            close = _closest(key, list(names))
+            raise ConfigError(f"unknown option '--{key}'" + (f" (did you mean '--{close}'?)" if close else ""))
+        if not eq:
             if i + 1 >= len(extra):
                 raise ConfigError(f"option '{arg}' needs a value")
-            key, value = arg[2:], extra[i + 1]
-            i += 2
+            value, i = extra[i + 1], i + 1
         out[key] = parse_value(value)
+        i += 1
     return out
 
 

@@ -106,7 +106,14 @@ BAD = {
     "place used as an object": (edited(success="grasped(green_tray)"), ["success", "'green_tray' cannot be used"]),
     "no movable object": (edited(objects={"tray": "green tray"}, start={}, success="gripper_open()", milestones=[], hazards=[], dense_reward=[]), ["objects", "at least one movable object"]),
     "bad name": (edited(name="screwdriver to tray"), ["name", "letters, digits"]),
-    "max_steps below 1": (edited(max_steps=0), ["max_steps", "at least 1"]),
+    "max_steps below 1": (edited(max_steps=0), ["max_steps", "must be in 1..10000, got 0"]),
+    "max_steps absurd": (edited(max_steps=1e30), ["max_steps", "must be in 1..10000"]),
+    "two objects, one word": (edited(objects={"tool1": "screwdriver", "tool0": "Screwdriver"}), ["objects.tool0", "'Screwdriver' already names tool1"]),
+    "reserved word": (edited(objects={"tool1": "gripper", "tray": "green tray"}), ["objects.tool1", "'gripper' is a reserved word"]),
+    "a predicate name as a word": (edited(objects={"tool1": "near", "tray": "green tray"}), ["objects.tool1", "reserved word"]),
+    "infinite distance": (edited(success="distance(screwdriver, green_tray) < 1e400"), ["success", "numbers must be finite"]),
+    "huge predicate": (edited(success=" or ".join(["grasped(screwdriver)"] * 5000)), ["success", "too long (119996 characters"]),
+    "deeply nested predicate": (edited(success="not " * 30 + "grasped(screwdriver)"), ["success", "nested too deeply"]),
     "unknown scene": (edited(scene="kitchen"), ["scene", "unknown scene family 'kitchen'"]),
 }
 
