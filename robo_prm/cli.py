@@ -8,16 +8,65 @@
     robo-prm eval runs/<run> [--episodes 20]
     robo-prm tasks list | show NAME|FILE | validate FILE | render NAME|FILE --out x.png
     robo-prm perception collect | train-clip | train-captioner | caption | goal-sim
+
+Every flag is a field of a config dataclass, spelt as the field (`robo_prm.config_flags`): the
+`*Args` classes below, `TrainConfig` (robo_prm/config.py), and the finetune/perception ones.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from robo_prm.config_io import ConfigError, parse_overrides
+from robo_prm.config_flags import (ConfigParser, add_config_args, config_command, config_fields, config_from_args, free_flags,
+                                   given_flags, opt)
+from robo_prm.config_io import ConfigError
+
+
+@dataclass
+class TrainArgs:
+    """`robo-prm train` options beside the TrainConfig fields."""
+
+    config: str | None = opt(None, "train config YAML, or a name under robo_prm/configs/train/; "
+                                   "unset, configs/train/<task>.yaml is used when it fits --algo")
+    resume: str | None = opt(None, "continue the run folder RESUME from its latest checkpoint (only --steps may change)")
+    replay: bool = opt(False, "after training write replay.mp4: a success, a hazard and a failure of the final policy, "
+                              "with the judge's reasons")
+
+
+@dataclass
+class ReplayArgs:
+    episode: list[str] = opt(help="an episode folder (runs/<run>/episodes/ep_0007); several make one MP4", positional=True)
+    out: str = opt(help="output .mp4 (H.264) or .gif")
+    fps: float | None = opt(None, "env steps per second of video (null: the recorded control rate)")
+    gif: bool = opt(False, "also write a GIF next to the MP4")
+    summary: str | None = opt(None, "also write a PNG plot of progress, reward terms and hazards here")
+
+
+@dataclass
+class EvalArgs:
+    run: str = opt(help="a run directory", positional=True)
+    episodes: int = opt(20, "episodes to run, one per seed")
+    seed: int = opt(100_000, "seed of the first episode")
+
+
+@dataclass
+class EnjoyArgs(EvalArgs):
+    episodes: int = opt(3, "episodes to run, judge and record")
+    out: str | None = opt(None, "where to write the episodes (null: RUN/enjoy)")
+    replay: bool = opt(False, "write an MP4 next to each episode")
+
+
+@dataclass
+class TasksArgs:
+    action: Literal["list", "show", "validate", "render"] = opt(help="what to do", positional=True)
+    target: str | None = opt(None, "task name or YAML path", positional=True)
+    out: str = opt("task.png", "render: output image")
+    seed: int = opt(0, "render: reset seed")
+    size: int = opt(480, "render: frame size in pixels")
 
 
 class CliError(Exception):
@@ -25,24 +74,38 @@ class CliError(Exception):
 
 
 # ---- train -------------------------------------------------------------------------
+def _train_overrides(args, extra: list[str]) -> dict:
+    """{dotted field: value} of the TrainConfig flags given (free keys under --sac. / --ppo. included)."""
+    from robo_prm.config import TrainConfig
+
+    return {**given_flags(args, TrainConfig),
+            **free_flags(extra, TrainConfig, known=tuple(path for path, _, _ in config_fields(TrainArgs)))}
+
+
+def train_config_from_args(args, extra: list[str]):
+    """The TrainConfig of `robo-prm train`: dataclass defaults ← configs/train/<task>.yaml when it fits
+    the algorithm ← --config FILE ← the flags given."""
+    from robo_prm.config import load_train_config
+
+    overrides = _train_overrides(args, extra)
+    config = config_from_args(TrainArgs, args).config or _task_train_config(overrides.get("task"), overrides.get("algo"))
+    return load_train_config(config, overrides)
+
+
 def cmd_train(args, extra: list[str]) -> int:
-    from robo_prm.config import config_to_yaml, load_train_config
+    from robo_prm.config import config_to_yaml
     from robo_prm.train import resume, train
 
-    if args.resume:
-        if extra:
+    opts = config_from_args(TrainArgs, args)
+    if opts.resume:
+        given = _train_overrides(args, extra)
+        if set(given) - {"steps"} or opts.config:
             raise CliError("--resume continues a run with its saved config; only --steps may change")
-        if not Path(args.resume).is_dir():
-            raise CliError(f"{args.resume}: no such run directory")
-        run_dir = resume(Path(args.resume), args.steps)
+        if not Path(opts.resume).is_dir():
+            raise CliError(f"{opts.resume}: no such run directory")
+        run_dir = resume(Path(opts.resume), given.get("steps"))
     else:
-        overrides = parse_overrides(extra)
-        for key in ("task", "algo", "steps", "seed", "device"):
-            value = getattr(args, key)
-            if value is not None:
-                overrides[key] = value
-        config = args.config or _task_train_config(overrides.get("task"), overrides.get("algo"))
-        cfg = load_train_config(config, overrides)
+        cfg = train_config_from_args(args, extra)
         from robo_prm.envs.task import load_task
         from robo_prm.train.run import sync_gamma
 
@@ -52,7 +115,7 @@ def cmd_train(args, extra: list[str]) -> int:
     summary = json.loads((run_dir / "summary.json").read_text())
     print(json.dumps(summary, indent=1))
     print(f"run directory: {run_dir}")
-    if args.replay:
+    if opts.replay:
         from robo_prm.train.showcase import record_showcase
 
         out = record_showcase(run_dir)
@@ -85,12 +148,10 @@ def _replay(episode_dir: Path, out: Path, gif: bool, summary: Path | None, fps: 
     return written
 
 
-def cmd_replay(args, extra) -> int:
+def cmd_replay(args: ReplayArgs) -> int:
     from robo_prm.replay.episode import EpisodeError, load_episode
     from robo_prm.replay.video import render_reel
 
-    if extra:
-        raise CliError(f"unknown option '{extra[0]}'")
     if args.fps is not None and not args.fps > 0:
         raise CliError(f"--fps must be positive, got {args.fps}")
     out = Path(args.out)
@@ -117,7 +178,7 @@ def _load_run(run_dir: str):
     return load_policy(Path(run_dir))
 
 
-def cmd_eval(args, extra) -> int:
+def cmd_eval(args: EvalArgs) -> int:
     from robo_prm.train.rollouts import run_episodes, summarize
 
     cfg, task, policy = _load_run(args.run)
@@ -132,7 +193,7 @@ def cmd_eval(args, extra) -> int:
     return 0
 
 
-def cmd_enjoy(args, extra) -> int:
+def cmd_enjoy(args: EnjoyArgs) -> int:
     from robo_prm.judge import make_judge
     from robo_prm.train.rollouts import run_episodes, summarize
 
@@ -151,11 +212,9 @@ def cmd_enjoy(args, extra) -> int:
 
 
 # ---- tasks -------------------------------------------------------------------------
-def cmd_tasks(args, extra) -> int:
+def cmd_tasks(args: TasksArgs) -> int:
     from robo_prm.envs.task import load_task, shipped_tasks
 
-    if extra:
-        raise CliError(f"unknown option '{extra[0]}'")
     if args.action == "list":
         from robo_prm.envs import env_id
 
@@ -212,53 +271,47 @@ def _render_task(task, args) -> int:
 
 
 # ---- entry point -------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robo-prm", description="Robot-manipulation RL with language-model progress rewards.")
+TRAIN_HELP = """Every TrainConfig field (robo_prm/config.py) is a flag: --field VALUE, or --section.field VALUE for
+the sections, e.g. --judge.backend rules --reward.judge_every 8. Values are read as in YAML (null, true,
+a,b for lists). Layers, later wins: the defaults shown ← configs/train/<task>.yaml when it fits --algo
+(reach_tool.yaml: 20000 steps) ← --config FILE ← flags. The run folder's config.yaml holds the result."""
+
+
+def _train_flags(parser) -> None:
+    from robo_prm.config import TrainConfig
+
+    add_config_args(parser, TrainArgs, "command")
+    add_config_args(parser, TrainConfig, "TrainConfig")
+
+
+def build_parser() -> ConfigParser:
+    p = ConfigParser(prog="robo-prm", description="Robot-manipulation RL with language-model progress rewards.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="train SAC/PPO on a task with the blended LLM reward",
-                       description="Any config field can be set as --section.field VALUE, e.g. --judge.backend rules --reward.judge_every 8.")
-    t.add_argument("--task", help="shipped task name or path to a task YAML (default: reach_tool)")
-    t.add_argument("--algo", choices=["sac", "ppo"])
-    t.add_argument("--steps", type=int, help="total env steps")
-    t.add_argument("--seed", type=int)
-    t.add_argument("--device", help="torch device (default cpu)")
-    t.add_argument("--config", help="train config YAML, or a name under robo_prm/configs/train/")
-    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
-    t.add_argument("--replay", action="store_true", help="write replay.mp4: a success, a hazard and a failure of the final policy, with the judge's reasons")
+    t = sub.add_parser("train", help="train SAC/PPO on a task with the blended LLM reward", description=TRAIN_HELP,
+                       usage="robo-prm train [--config FILE | --resume RUN_DIR [--steps N]] [--replay] "
+                             "[--field VALUE] [--section.field VALUE] ...")
+    t.defer(_train_flags)
     t.set_defaults(func=cmd_train)
-
-    r = sub.add_parser("replay", help="episode folder → video with the judge's score, reason and hazards")
-    r.add_argument("episode", nargs="+", help="an episode folder (runs/<run>/episodes/ep_0007); several make one MP4")
-    r.add_argument("--out", required=True, help="output .mp4 (H.264) or .gif")
-    r.add_argument("--fps", type=float, help="env steps per second of video (default: the recorded control rate)")
-    r.add_argument("--gif", action="store_true", help="also write a GIF next to the MP4")
-    r.add_argument("--summary", help="also write a PNG plot of progress, reward terms and hazards")
-    r.set_defaults(func=cmd_replay)
-
-    for name, helptext, func in (("eval", "success rate, return and hazard events of a trained policy", cmd_eval),
-                                 ("enjoy", "run a trained policy, judge and record its episodes", cmd_enjoy)):
-        e = sub.add_parser(name, help=helptext)
-        e.add_argument("run", help="a run directory")
-        e.add_argument("--episodes", type=int, default=20 if name == "eval" else 3)
-        e.add_argument("--seed", type=int, default=100_000)
-        if name == "enjoy":
-            e.add_argument("--out", help="where to write episodes (default RUN/enjoy)")
-            e.add_argument("--replay", action="store_true", help="write an MP4 next to each episode")
-        e.set_defaults(func=func)
-
-    k = sub.add_parser("tasks", help="list, show, validate or render task files")
-    k.add_argument("action", choices=["list", "show", "validate", "render"])
-    k.add_argument("target", nargs="?", help="task name or YAML path")
-    k.add_argument("--out", default="task.png", help="render: output image")
-    k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--size", type=int, default=480, help="render: frame size in pixels")
-    k.set_defaults(func=cmd_tasks)
+    for name, cls, run, helptext in (
+            ("replay", ReplayArgs, cmd_replay, "episode folder → video with the judge's score, reason and hazards"),
+            ("eval", EvalArgs, cmd_eval, "success rate, return and hazard events of a trained policy"),
+            ("enjoy", EnjoyArgs, cmd_enjoy, "run a trained policy, judge and record its episodes"),
+            ("tasks", TasksArgs, cmd_tasks, "list, show, validate or render task files")):
+        c = sub.add_parser(name, help=helptext)
+        c.defer(lambda parser, cls=cls: add_config_args(parser, cls))
+        c.set_defaults(func=config_command(cls, run))
     from robo_prm.finetune.cli import add_finetune_commands
     add_finetune_commands(sub)
-    from robo_prm.perception.cli import add_perception_commands
-    add_perception_commands(sub)
+    perception = sub.add_parser("perception", help="frames → captions and CLIP features: collect data, train, inspect")
+    perception.defer(_perception_commands)
     return p
+
+
+def _perception_commands(parser) -> None:
+    from robo_prm.perception.cli import add_perception_commands
+
+    add_perception_commands(parser)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,14 @@
-"""The train config: defaults ← configs/train/<x>.yaml ← CLI dotted overrides, validated into dataclasses."""
+"""The train config: defaults ← configs/train/<x>.yaml ← CLI dotted overrides, validated into dataclasses.
+
+Every field is a `robo-prm train` flag (``--steps``, ``--reward.judge_every``) with the help text given here."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from robo_prm.config_flags import opt
 from robo_prm.config_io import ConfigError, dotted_to_nested, from_dict, load_yaml, merge, to_dict
 from robo_prm.judge.config import JudgeConfig
 from robo_prm.reward.config import RewardConfig
@@ -13,47 +16,48 @@ from robo_prm.reward.config import RewardConfig
 
 @dataclass
 class DescribeConfig:
-    source: Literal["state", "pixels"] = "state"  # what the judge's scene text is made from: simulator state, or rendered frames only
-    milestone_line: bool = True  # show "Milestones reached: i of n" to the judge
-    weights: str | None = None  # pixels: a trained perception folder (default: the shipped robo_prm/models/perception)
-    every: int = 0  # pixels: describe every n-th step and hold the description between (0: reward.judge_every)
+    source: Literal["state", "pixels"] = opt("state", "what the judge's scene text is made from: simulator state, or rendered frames only")
+    milestone_line: bool = opt(True, 'show "Milestones reached: i of n" to the judge')
+    weights: str | None = opt(None, "pixels: a trained perception folder (null: the shipped robo_prm/models/perception)")
+    every: int = opt(0, "pixels: describe every n-th step and hold the description between (0: reward.judge_every)")
 
 
 @dataclass
 class RecordConfig:
-    every_episodes: int = 50  # record every N-th training episode (0: never)
-    frame_size: int = 224
-    explain: bool = True  # ask the judge for reasons on recorded episodes
+    every_episodes: int = opt(50, "record every n-th training episode (0: never)")
+    frame_size: int = opt(224, "recorded frame width = height, pixels")
+    explain: bool = opt(True, "ask the judge for reasons on recorded episodes")
 
 
 @dataclass
 class EvalConfig:
-    every_steps: int = 2_500  # 0: never during training
-    episodes: int = 10
-    record: int = 1  # how many of the evaluation episodes to record
+    every_steps: int = opt(2_500, "evaluate every n env steps (0: never during training)")
+    episodes: int = opt(10, "episodes per evaluation")
+    record: int = opt(1, "how many of the evaluation episodes to record")
 
 
 @dataclass
 class TrainConfig:
-    task: str = "reach_tool"  # shipped task name or path to a task YAML
-    algo: Literal["sac", "ppo"] = "sac"
-    steps: int = 10_000  # total env steps
-    seed: int = 0
-    n_envs: int = 1
-    device: str = "cpu"
-    torch_threads: int = 1  # 1 whenever a judge or env workers share the cores
-    reward_source: Literal["blend", "env", "dense"] = "blend"  # blend = LLM reward; env/dense are the baselines
-    checkpoint_every: int = 5_000
-    runs_dir: str = "runs"
-    run_name: str | None = None  # default {task}__{algo}__{seed}__{time}
-    progress_bar: bool = True
-    describe: DescribeConfig = field(default_factory=DescribeConfig)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    record: RecordConfig = field(default_factory=RecordConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    sac: dict[str, Any] = field(default_factory=dict)  # extra SB3 SAC(...) keyword arguments
-    ppo: dict[str, Any] = field(default_factory=dict)  # extra SB3 PPO(...) keyword arguments
+    task: str = opt("reach_tool", "shipped task name or path to a task YAML")
+    algo: Literal["sac", "ppo"] = opt("sac", "the SB3 algorithm")
+    steps: int = opt(10_000, "total env steps")
+    seed: int = opt(0, "seed of the envs (env k: seed + k) and the learner")
+    n_envs: int = opt(1, "parallel envs")
+    device: str = opt("cpu", "torch device")
+    torch_threads: int = opt(1, "torch threads (1 whenever a judge or env workers share the cores)")
+    reward_source: Literal["blend", "env", "dense"] = opt("blend", "blend: the LLM reward; env and dense are the baselines")
+    checkpoint_every: int = opt(5_000, "save a checkpoint every n env steps")
+    keep_checkpoints: int = opt(2, "keep the newest k checkpoints (at least 1); only the newest keeps its replay buffer")
+    runs_dir: str = opt("runs", "folder that holds the run folders")
+    run_name: str | None = opt(None, "run folder name (null: {task}__{algo}__{seed}__{time})")
+    progress_bar: bool = opt(True, "show a progress bar")
+    describe: DescribeConfig = opt(factory=DescribeConfig, help="scene descriptions the judge reads")
+    judge: JudgeConfig = opt(factory=JudgeConfig, help="the LLM judge")
+    reward: RewardConfig = opt(factory=RewardConfig, help="the blended reward")
+    record: RecordConfig = opt(factory=RecordConfig, help="episodes recorded during training")
+    eval: EvalConfig = opt(factory=EvalConfig, help="evaluation of the policy during training")
+    sac: dict[str, Any] = opt({}, "extra SB3 SAC(...) keyword arguments")
+    ppo: dict[str, Any] = opt({}, "extra SB3 PPO(...) keyword arguments")
 
 
 def train_configs_dir() -> Path:

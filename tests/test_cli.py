@@ -108,9 +108,13 @@ def test_enjoy_records_judged_episodes_with_reasons(run_dir, tmp_path):
     "args, message",
     [
         (["train", "--task", "no_such_task"], "unknown task 'no_such_task'"),
-        (["train", "--judge.backendd", "rules"], "unknown field 'backendd'"),
+        (["train", "--judge.backendd", "rules"], "unknown option '--judge.backendd' (did you mean '--judge.backend'?)"),
+        (["finetune", "--labels", "l", "--out", "o", "--max-labels", "5"], "unknown option '--max-labels' (did you mean '--max_labels'?)"),
+        (["train", "--resume", "/no/such/run", "--seed", "1"], "only --steps may change"),
         (["train", "--reward.judge_every", "0"], "judge_every must be at least 1"),
-        (["train", "--algo", "dqn"], "invalid choice"),
+        (["train", "--algo", "dqn"], "argument --algo: must be one of 'sac', 'ppo', got 'dqn'"),
+        (["train", "--steps", "many"], "argument --steps: expected an integer, got 'many'"),
+        (["label", "auto"], "the following arguments are required: --out"),
         (["eval", "/no/such/run"], "no such run directory"),
         (["replay", "/no/such/episode", "--out", "x.mp4"], "no/such/episode"),
         (["replay", "a", "b", "--out", "x.gif"], "several episodes make one MP4"),
@@ -123,4 +127,4 @@ def test_bad_input_gives_a_one_line_error(args, message, tmp_path):
     assert p.returncode == 2, p.stderr
     last = p.stderr.strip().splitlines()[-1]
     assert message in last, p.stderr
-    assert "Traceback" not in p.stderr
+    assert last.startswith("robo-prm: error: ") and "Traceback" not in p.stderr and "usage:" not in p.stderr

@@ -1,4 +1,6 @@
-"""CLI wiring for `robo-prm label | finetune | distill | evaluate-judge` (added by `add_finetune_commands`)."""
+"""CLI wiring for `robo-prm label | finetune | distill | evaluate-judge` (added by `add_finetune_commands`).
+
+Every flag is a field of the `*Args` dataclasses below (`FinetuneArgs` = `LoraTrainConfig` + files)."""
 from __future__ import annotations
 
 import json
@@ -7,13 +9,18 @@ import platform
 import sys
 import time
 from collections import defaultdict
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Literal
 
+from robo_prm.config_flags import add_config_args, config_command, opt
 from robo_prm.finetune.labels import HELDOUT_TASKS, TRAIN_TASKS
+from robo_prm.finetune.lora import LoraTrainConfig
 
 
-def _csv(text: str | None) -> list[str]:
-    return [t for t in (text or "").split(",") if t]
+def _csv(text: str | list[str] | None) -> list[str]:
+    return [t for t in (text.split(",") if isinstance(text, str) else text or []) if t]
+
 
 
 def _scene(lab):
@@ -60,9 +67,7 @@ def zero_shot_judge_config(model: str | None = None, threads: int = 1):
 
 
 # ---- label ---------------------------------------------------------------------------
-def cmd_label(args, extra) -> int:
-    if extra:
-        raise SystemExit(f"robo-prm label: unknown option {extra[0]}")
+def cmd_label(args) -> int:
     if args.action == "ui":
         from robo_prm.finetune.ui import serve
 
@@ -83,15 +88,12 @@ def cmd_label(args, extra) -> int:
 
 
 # ---- finetune --------------------------------------------------------------------------
-def cmd_finetune(args, extra) -> int:
-    from robo_prm.finetune.lora import LoraTrainConfig, finetune
+def cmd_finetune(args) -> int:
+    from robo_prm.finetune.lora import finetune
 
     out = Path(args.out)
     if not args.skip_train:
-        cfg = LoraTrainConfig(model=args.model, r=args.r, alpha=args.alpha, targets=_csv(args.targets), lr=args.lr,
-                              epochs=args.epochs, batch_size=args.batch_size, max_labels=args.max_labels,
-                              threads=args.threads, max_minutes=args.max_minutes, seed=args.seed,
-                              hazard_weight=args.hazard_weight, resume=args.resume)
+        cfg = LoraTrainConfig(**{f.name: getattr(args, f.name) for f in fields(LoraTrainConfig)})
         finetune(args.labels, out, cfg)
     if args.calibrate:
         calibrate_adapter(args.labels, out, threads=args.threads)
@@ -124,7 +126,7 @@ def calibrate_adapter(labels_path, adapter_dir, threads: int = 1, echo=print) ->
 
 
 # ---- distill ---------------------------------------------------------------------------
-def cmd_distill(args, extra) -> int:
+def cmd_distill(args) -> int:
     from robo_prm.finetune.distill import distill
     from robo_prm.finetune.labels import read_labels
     from robo_prm.judge import make_judge
@@ -150,7 +152,7 @@ def cmd_distill(args, extra) -> int:
 
 
 # ---- evaluate-judge ----------------------------------------------------------------------
-def cmd_evaluate(args, extra) -> int:
+def cmd_evaluate(args) -> int:
     from robo_prm.finetune.evaluate import CosineJudge, evaluate, heldout_episodes, markdown
     from robo_prm.judge import JudgeConfig, make_judge
     from robo_prm.judge.scoring import Calibrator
@@ -225,63 +227,65 @@ def cmd_evaluate(args, extra) -> int:
     return 0
 
 
+@dataclass
+class LabelArgs:
+    action: Literal["auto", "ui"] = opt(help="auto: labels from rollouts of the tasks; ui: a local labelling page", positional=True)
+    out: str = opt(help="output JSONL (ui appends)")
+    tasks: list[str] = opt(list(TRAIN_TASKS), "auto: training tasks")
+    heldout_tasks: list[str] = opt(list(HELDOUT_TASKS), "auto: tasks only ever held out")
+    episodes: int = opt(4, "auto: episodes per source (scripted/perturbed/random) per 2 text variants")
+    heldout_episodes: int = opt(3, "auto: the same for the held-out split")
+    split: Literal["train", "heldout", "both"] = opt("both", "auto: which split(s) to write")
+    stride: int = opt(2, "auto: label every n-th step")
+    seed: int = opt(0, "auto: seed of the first episode (held out: seed + 1)")
+    queue: str | None = opt(None, "ui: label JSONL of scenes to label")
+    port: int = opt(8765, "ui: port of the page on 127.0.0.1")
+
+
+@dataclass(kw_only=True)
+class FinetuneArgs(LoraTrainConfig):
+    labels: str = opt(help="label JSONL (train split: training; heldout split: the calibrator)")
+    out: str = opt(help="adapter folder")
+    calibrate: bool = opt(False, "fit OUT/calibrator.json on the held-out labels")
+    skip_train: bool = opt(False, "only calibrate an existing adapter")
+
+
+@dataclass
+class DistillArgs:
+    labels: str = opt(help="label JSONL (train split)")
+    out: str = opt(help="output folder")
+    adapter: str | None = opt(None, "LoRA folder of the teacher (merged into a cached GGUF)")
+    gguf: str | None = opt(None, "an already merged GGUF instead of --adapter")
+    calibrator: str | None = opt(None, "imitate the calibrated judge")
+    max_labels: int = opt(0, "labels used (a seeded shuffle); 0: all")
+    threads: int = opt(1, "llama.cpp threads")
+
+
+@dataclass
+class EvaluateArgs:
+    judges: list[str] = opt(["rules", "minilm-cosine", "zero-shot", "lora", "lora+cal", "distilled"], "judges to compare")
+    tasks: list[str] = opt([], "base tasks whose held-out variants are used (empty: all shipped)")
+    episodes: int = opt(2, "successful scripted and random episodes per variant")
+    max_states: int = opt(20, "judged states per episode (evenly spaced)")
+    seed: int = opt(5000, "seed of the first episode")
+    adapter: str | None = opt(None, "LoRA folder (null: the shipped one)")
+    gguf: str | None = opt(None, "merged GGUF (skips merging)")
+    lora_backend: Literal["llamacpp", "transformers"] = opt("llamacpp", "how the lora judges run")
+    calibrator: str | None = opt(None, "calibrator JSON of lora+cal")
+    distilled: str | None = opt(None, "distilled-head folder of the distilled judge")
+    base_model: str | None = opt(None, "zero-shot model (null: the bundled one)")
+    threads: int = opt(1, "torch and llama.cpp threads")
+    out: str | None = opt(None, "results JSON")
+    command_line: str | None = opt(None, "the command recorded in the results (null: this one)")
+
+
 def add_finetune_commands(sub) -> None:
-    lab = sub.add_parser("label", help="make judge labels: auto (rollouts of the tasks) or ui (a local labelling page)")
-    lab.add_argument("action", choices=["auto", "ui"])
-    lab.add_argument("--tasks", help=f"auto: comma-separated training tasks (default {','.join(TRAIN_TASKS)})")
-    lab.add_argument("--heldout-tasks", default=",".join(HELDOUT_TASKS), help="auto: tasks only ever held out")
-    lab.add_argument("--episodes", type=int, default=4, help="auto: episodes per source (scripted/perturbed/random) per 2 text variants")
-    lab.add_argument("--heldout-episodes", type=int, default=3)
-    lab.add_argument("--split", choices=["train", "heldout", "both"], default="both")
-    lab.add_argument("--stride", type=int, default=2, help="auto: label every n-th step")
-    lab.add_argument("--seed", type=int, default=0)
-    lab.add_argument("--queue", help="ui: label JSONL of scenes to label")
-    lab.add_argument("--out", required=True, help="output JSONL (ui appends)")
-    lab.add_argument("--port", type=int, default=8765)
-    lab.set_defaults(func=cmd_label)
-
-    ft = sub.add_parser("finetune", help="LoRA-tune the judge on labels (train split), then calibrate on the held-out split")
-    ft.add_argument("--labels", required=True)
-    ft.add_argument("--out", required=True, help="adapter folder")
-    ft.add_argument("--model", help="base GGUF/HF folder (default: bundled SmolLM2)")
-    ft.add_argument("--r", type=int, default=8)
-    ft.add_argument("--alpha", type=int, default=16)
-    ft.add_argument("--targets", default="q_proj,v_proj,o_proj")
-    ft.add_argument("--lr", type=float, default=1e-3)
-    ft.add_argument("--epochs", type=float, default=1.0)
-    ft.add_argument("--batch-size", type=int, default=8)
-    ft.add_argument("--max-labels", type=int, default=960)
-    ft.add_argument("--hazard-weight", type=float, default=0.5)
-    ft.add_argument("--threads", type=int, default=1)
-    ft.add_argument("--max-minutes", type=float, default=20.0)
-    ft.add_argument("--seed", type=int, default=0)
-    ft.add_argument("--calibrate", action="store_true", help="fit OUT/calibrator.json on the held-out labels")
-    ft.add_argument("--resume", help="continue training this adapter folder")
-    ft.add_argument("--skip-train", action="store_true", help="only calibrate an existing adapter")
-    ft.set_defaults(func=cmd_finetune)
-
-    d = sub.add_parser("distill", help="train a MiniLM-embedding MLP to imitate the fine-tuned judge")
-    d.add_argument("--labels", required=True)
-    d.add_argument("--adapter", help="LoRA folder (merged into a cached GGUF)")
-    d.add_argument("--gguf", help="an already merged GGUF instead of --adapter")
-    d.add_argument("--calibrator", help="imitate the calibrated judge")
-    d.add_argument("--max-labels", type=int, default=0)
-    d.add_argument("--threads", type=int, default=1)
-    d.add_argument("--out", required=True)
-    d.set_defaults(func=cmd_distill)
-
-    e = sub.add_parser("evaluate-judge", help="held-out tasks/texts: VOC, hazard P/R, ECE, confidence, ms per judgement")
-    e.add_argument("--judges", default="rules,minilm-cosine,zero-shot,lora,lora+cal,distilled")
-    e.add_argument("--tasks", help="base tasks whose held-out variants are used (default: all shipped)")
-    e.add_argument("--episodes", type=int, default=2, help="successful scripted and random episodes per variant")
-    e.add_argument("--max-states", type=int, default=20, help="judged states per episode (evenly spaced)")
-    e.add_argument("--seed", type=int, default=5000)
-    e.add_argument("--adapter", help="LoRA folder (default: the shipped one)")
-    e.add_argument("--gguf", help="merged GGUF (skips merging)")
-    e.add_argument("--lora-backend", choices=["llamacpp", "transformers"], default="llamacpp")
-    e.add_argument("--calibrator")
-    e.add_argument("--distilled")
-    e.add_argument("--base-model", help="zero-shot model (default: bundled)")
-    e.add_argument("--threads", type=int, default=1)
-    e.add_argument("--out", help="results JSON")
-    e.set_defaults(func=cmd_evaluate, command_line=None)
+    for name, cls, run, helptext in (
+            ("label", LabelArgs, cmd_label, "make judge labels: auto (rollouts of the tasks) or ui (a local labelling page)"),
+            ("finetune", FinetuneArgs, cmd_finetune, "LoRA-tune the judge on labels (train split), then calibrate on the held-out split"),
+            ("distill", DistillArgs, cmd_distill, "train a MiniLM-embedding MLP to imitate the fine-tuned judge"),
+            ("evaluate-judge", EvaluateArgs, cmd_evaluate,
+             "held-out tasks/texts: VOC, hazard P/R, ECE, confidence, ms per judgement")):
+        p = sub.add_parser(name, help=helptext)
+        add_config_args(p, cls)
+        p.set_defaults(func=config_command(cls, run))

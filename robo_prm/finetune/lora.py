@@ -24,12 +24,13 @@ import random
 import resource
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from robo_prm.config_flags import opt
 from robo_prm.finetune.labels import Label, read_labels
 from robo_prm.judge.prompt import scene_text
 
@@ -38,22 +39,23 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class LoraTrainConfig:
-    model: str | None = None  # GGUF file or HF folder; None = the bundled SmolLM2 GGUF
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.0
-    targets: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
-    lr: float = 1e-3
-    epochs: float = 1.0  # passes over the selected labels (fractions allowed)
-    batch_size: int = 8  # scenes per step (all of one task text)
-    max_labels: int = 1200  # labels used (balanced over base tasks and score digits); 0 = all
-    sigma: float = 0.6  # width of the soft target over digits
-    hazard_weight: float = 0.5  # 0 = no hazard rows
-    hazard_rows: int = 1  # hazard questions per scene (sampled, yes-answers preferred)
-    threads: int = 1
-    seed: int = 0
-    max_minutes: float = 20.0  # stop (and save) after this much training wall time
-    resume: str | None = None  # continue training this adapter folder (its r/alpha/targets win)
+    # targets and max_labels: what the shipped adapter was trained with (robo_prm/models/judge_lora/train_info.json).
+    model: str | None = opt(None, "GGUF file or HF folder (null: the bundled SmolLM2 GGUF)")
+    r: int = opt(8, "LoRA rank")
+    alpha: int = opt(16, "LoRA alpha")
+    dropout: float = opt(0.0, "LoRA dropout")
+    targets: list[str] = opt(["q_proj", "v_proj", "o_proj"], "modules that get an adapter")
+    lr: float = opt(1e-3, "peak learning rate (AdamW, warm-up then cosine decay)")
+    epochs: float = opt(1.0, "passes over the selected labels (fractions allowed)")
+    batch_size: int = opt(8, "scenes per step (all of one task text)")
+    max_labels: int = opt(960, "labels used (balanced over base tasks and score digits); 0: all")
+    sigma: float = opt(0.6, "width of the soft target over digits")
+    hazard_weight: float = opt(0.5, "weight of the hazard rows (0: none)")
+    hazard_rows: int = opt(1, "hazard questions per scene (sampled, yes-answers preferred)")
+    threads: int = opt(1, "torch threads")
+    seed: int = opt(0, "seed of the label draw and the batches")
+    max_minutes: float = opt(20.0, "stop (and save) after this much training wall time")
+    resume: str | None = opt(None, "continue training this adapter folder (its r, alpha and targets win)")
 
 
 def soft_target(target: float, sigma: float) -> np.ndarray:

@@ -1,5 +1,7 @@
 """CLI wiring for `robo-prm perception collect | train-clip | train-captioner | caption | goal-sim`.
 
+Every flag is a field: `CollectConfig` (+ `--out`), `PerceptionTrainConfig`, `CaptionArgs`, `GoalSimArgs`.
+
     robo-prm perception collect --tasks reach_tool,tidy_table --frames 14000 --size 128 --out DIR
     robo-prm perception train-clip --data DIR --out CLIP_DIR [--epochs 8 --lr 2e-3 ...]
     robo-prm perception train-captioner --data DIR --init CLIP_DIR --out DIR
@@ -11,45 +13,51 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from dataclasses import fields
+from dataclasses import dataclass, fields
 
-from robo_prm.config_io import parse_overrides
-
-
-def _train_config(args, extra, stage: str):
-    from robo_prm.config_io import from_dict
-    from robo_prm.perception.train import PerceptionTrainConfig, captioner_defaults, clip_defaults
-
-    base = PerceptionTrainConfig()
-    base = clip_defaults(base) if stage == "clip" else captioner_defaults(base)
-    data = {f.name: getattr(base, f.name) for f in fields(base)}
-    for key in ("data", "out", "init"):
-        if getattr(args, key, None) is not None:
-            data[key] = getattr(args, key)
-    data.update(parse_overrides(extra))
-    return from_dict(PerceptionTrainConfig, data)
+from robo_prm.config_flags import add_config_args, config_command, opt
+from robo_prm.perception.clip import ClipConfig
+from robo_prm.perception.dataset import CollectConfig
+from robo_prm.perception.train import PerceptionTrainConfig, captioner_defaults, clip_defaults
 
 
-def cmd_collect(args, extra) -> int:
+@dataclass(kw_only=True)
+class CollectArgs(CollectConfig):
+    out: str = opt(help="output folder")
+
+
+@dataclass
+class CaptionArgs:
+    task: str = opt("tidy_table", "task name or YAML path")
+    seed: int = opt(0, "reset seed")
+    steps: int = opt(0, "scripted-expert steps before the frame")
+    weights: str | None = opt(None, "perception folder (null: the shipped one)")
+
+
+@dataclass
+class GoalSimArgs:
+    task: str = opt("place_cup_in_bin", "task name or YAML path")
+    seed: int = opt(0, "seed of the scripted episode")
+    text: str | None = opt(None, "text to compare with (null: the task's goal)")
+    clip: ClipConfig = opt(factory=ClipConfig, help="the CLIP model (arch ViT-B-32 + weights FILE: a pretrained open_clip one)")
+
+
+def cmd_collect(args: CollectArgs) -> int:
     import torch
 
-    from robo_prm.perception.dataset import CollectConfig, collect
+    from robo_prm.perception.dataset import collect
 
     torch.set_num_threads(1)
-    cfg = CollectConfig(tasks=[t for t in args.tasks.split(",") if t], frames=args.frames, size=args.size,
-                        stride=args.stride, seed=args.seed, max_steps=args.max_steps, heldout_every=args.heldout_every)
-    if extra:
-        raise SystemExit(f"robo-prm perception collect: unknown option {extra[0]}")
+    cfg = CollectConfig(**{f.name: getattr(args, f.name) for f in fields(CollectConfig)})
     meta = collect(cfg, args.out)
     print(json.dumps({k: meta[k] for k in ("frames", "episodes", "splits", "policies", "seconds")}, indent=1))
     print(f"wrote {meta['shards']} shard(s) to {args.out}")
     return 0
 
 
-def cmd_train(args, extra, stage: str) -> int:
+def cmd_train(cfg: PerceptionTrainConfig) -> int:
     from robo_prm.perception.train import train
 
-    cfg = _train_config(args, extra, stage)
     command = "robo-prm perception " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else ""
     out = train(cfg, command=command)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -58,7 +66,7 @@ def cmd_train(args, extra, stage: str) -> int:
     return 0
 
 
-def cmd_caption(args, extra) -> int:
+def cmd_caption(args: CaptionArgs) -> int:
     """Render a seeded reset (or an expert step) and print the pixel caption next to the state caption."""
     from robo_prm.describe.state_captioner import StateCaptioner
     from robo_prm.perception.weights import load_perception
@@ -66,8 +74,6 @@ def cmd_caption(args, extra) -> int:
     from robo_prm.envs.tidy_env import TidyTableEnv
     from robo_prm.envs.task import load_task
 
-    if extra:
-        raise SystemExit(f"robo-prm perception caption: unknown option {extra[0]}")
     bundle = load_perception(args.weights)
     task = load_task(args.task)
     env = TidyTableEnv(task, render_mode="rgb_array", width=bundle.net.cfg.size, height=bundle.net.cfg.size)
@@ -86,23 +92,18 @@ def cmd_caption(args, extra) -> int:
     return 0
 
 
-def cmd_goal_sim(args, extra) -> int:
+def cmd_goal_sim(args: GoalSimArgs) -> int:
     """Goal-text similarity along one scripted episode (VLM-RM style), with Spearman ρ against time."""
     import numpy as np
     from scipy.stats import spearmanr
 
-    from robo_prm.perception.clip import ClipConfig
     from robo_prm.perception.weights import goal_similarity, make_clip
     from robo_prm.envs.experts import ScriptedExpert, rollout
     from robo_prm.envs.tidy_env import TidyTableEnv
     from robo_prm.envs.task import load_task
 
-    over = parse_overrides(extra)
-    cfg = ClipConfig(arch=over.pop("clip.arch", "robo_prm"), weights=over.pop("clip.weights", None))
-    if over:
-        raise SystemExit(f"robo-prm perception goal-sim: unknown option --{next(iter(over))}")
     try:
-        clip = make_clip(cfg)
+        clip = make_clip(args.clip)
     except ImportError as exc:  # open_clip (or the MiniLM text tower) not installed: one line, not a traceback
         raise SystemExit(f"robo-prm: error: {exc}") from None
     size = clip.net.cfg.size if hasattr(clip, "net") else 224
@@ -120,40 +121,20 @@ def cmd_goal_sim(args, extra) -> int:
     return 0
 
 
-def add_perception_commands(sub) -> None:
-    p = sub.add_parser("perception", help="frames → captions and CLIP features: collect data, train, inspect")
+def add_perception_commands(p) -> None:
+    """The `robo-prm perception` subcommands, on the `perception` parser."""
     ps = p.add_subparsers(dest="perception_command", required=True)
-
     c = ps.add_parser("collect", help="rendered frames + slot, caption, predicate, progress labels (npz shards)")
-    c.add_argument("--tasks", default="reach_tool,push_tool_from_edge,place_cup_in_bin,tidy_table")
-    c.add_argument("--frames", type=int, default=14_000, help="frames in total (train + held-out)")
-    c.add_argument("--size", type=int, default=128, help="frame width = height in pixels")
-    c.add_argument("--stride", type=int, default=3, help="keep every n-th step")
-    c.add_argument("--max-steps", type=int, default=240, help="cap on episode length")
-    c.add_argument("--heldout-every", type=int, default=6, help="every n-th episode (by seed) is held out")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--out", required=True, help="output folder")
-    c.set_defaults(func=cmd_collect)
-
-    for name, stage, helptext in (("train-clip", "clip", "contrastive frame ↔ caption training (open_clip's loss)"),
-                                  ("train-captioner", "captioner", "caption-slot, predicate, progress heads (+ contrastive term)")):
-        t = ps.add_parser(name, help=helptext, description="Any training field can be set as --field VALUE "
-                          "(epochs, batch, lr, freeze_blocks, clip_weight, max_minutes, …; see robo_prm/describe/train.py).")
-        t.add_argument("--data", help="a folder written by `perception collect`")
-        t.add_argument("--out", help="output folder for the trained weights")
-        t.add_argument("--init", help="start from a trained perception folder (e.g. the train-clip output)")
-        t.set_defaults(func=lambda a, e, s=stage: cmd_train(a, e, s))
-
+    add_config_args(c, CollectArgs)
+    c.set_defaults(func=config_command(CollectArgs, cmd_collect))
+    for name, stage, helptext in (("train-clip", clip_defaults, "contrastive frame ↔ caption training (open_clip's loss)"),
+                                  ("train-captioner", captioner_defaults, "caption-slot, predicate, progress heads (+ contrastive term)")):
+        t = ps.add_parser(name, help=helptext)
+        add_config_args(t, PerceptionTrainConfig, defaults=stage(PerceptionTrainConfig()))
+        t.set_defaults(func=config_command(PerceptionTrainConfig, cmd_train, base=lambda s=stage: s(PerceptionTrainConfig())))
     k = ps.add_parser("caption", help="caption a rendered frame from pixels and compare with the state caption")
-    k.add_argument("--task", default="tidy_table")
-    k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--steps", type=int, default=0, help="scripted-expert steps before the frame")
-    k.add_argument("--weights", help="perception folder (default: shipped)")
-    k.set_defaults(func=cmd_caption)
-
-    g = ps.add_parser("goal-sim", help="frame ↔ goal-text similarity along a scripted episode",
-                      description="--clip.arch ViT-B-32 --clip.weights /path loads a pretrained open_clip model instead.")
-    g.add_argument("--task", default="place_cup_in_bin")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--text", help="text to compare with (default: the task's goal)")
-    g.set_defaults(func=cmd_goal_sim)
+    add_config_args(k, CaptionArgs)
+    k.set_defaults(func=config_command(CaptionArgs, cmd_caption))
+    g = ps.add_parser("goal-sim", help="frame ↔ goal-text similarity along a scripted episode")
+    add_config_args(g, GoalSimArgs)
+    g.set_defaults(func=config_command(GoalSimArgs, cmd_goal_sim))

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from robo_prm.config_flags import opt
 from robo_prm.perception.backbone import to_tensor
 
 
@@ -34,8 +35,8 @@ class ClipModel(Protocol):
 
 @dataclass
 class ClipConfig:
-    arch: str = "robo_prm"  # "robo_prm" (in-domain, shipped) or an open_clip architecture name, e.g. ViT-B-32
-    weights: str | None = None  # robo_prm: a trained perception folder (default: the shipped one); open_clip: checkpoint file
+    arch: str = opt("robo_prm", "robo_prm (in-domain, shipped) or an open_clip architecture name, e.g. ViT-B-32")
+    weights: str | None = opt(None, "robo_prm: a trained perception folder (null: the shipped one); open_clip: checkpoint file")
 
 
 def clip_loss(image: torch.Tensor, text: torch.Tensor, logit_scale: torch.Tensor, text_ids: torch.Tensor | None = None) -> torch.Tensor:

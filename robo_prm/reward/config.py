@@ -1,8 +1,10 @@
 """Settings of the blended reward (the `reward:` section of a train config)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
+
+from robo_prm.config_flags import opt
 
 
 @dataclass
@@ -22,27 +24,28 @@ def method_stages() -> list[Stage]:
 
 @dataclass
 class RewardConfig:
-    schedule: Literal["staged", "linear", "constant"] = "staged"
-    stages: list[Stage] = field(default_factory=method_stages)  # "linear" interpolates between stage starts
-    safety_weight: float = 0.5  # × Σ severity of the hazards the judge reports
-    progress: Literal["potential", "raw"] = "potential"  # γΦ(s′) − Φ(s), or the method's raw score
-    # Potential shaping γΦ(s′) − Φ(s). 1.0 (default): the progress delta — a held judgement adds 0.
-    # None: the learner's own discount (exact policy invariance), but then every step spent at a
-    # high-progress scene costs (1 − γ)Φ; normalised, that was −0.66 per held step near the hammer
-    # against 0 far from it, and the one-off gain of approaching was clipped at +5 (README, The reward).
-    gamma: float | None = 1.0
-    judge_every: int = 4  # judge every k-th step of an episode; hold the last judgement in between
-    normalize: bool = True  # running z-score of the progress term
-    center: bool | None = None  # subtract the running mean; None: only for progress "raw" (see normalize.py)
-    ema: float = 0.99
-    clip: float = 5.0  # |z| bound after normalisation
-    # "count": 1/sqrt(N) − 1 over described states (≤ 0: new scenes cost nothing, familiar ones up to 1);
-    # "count_bonus": the plain 1/sqrt(N) > 0. Episodes end on success, so a positive per-step bonus
-    # pays the agent to put success off (see novelty.py); the shifted form ranks scenes the same way.
-    novelty: Literal["count", "count_bonus", "none"] = "count"
-    cache: bool = True  # reuse judgements of identical descriptions and near-identical features
-    cache_radius: float = 0.05  # feature distance under which a cached judgement is reused
-    cache_size: int = 50_000
+    schedule: Literal["staged", "linear", "constant"] = opt("staged", "how the stage weights change with env steps")
+    stages: list[Stage] = opt(factory=method_stages, help="weights env, llm, explore from start_step on (YAML list); linear interpolates between stage starts")
+    safety_weight: float = opt(0.5, "× Σ severity of the hazards the judge reports")
+    progress: Literal["potential", "raw"] = opt("potential", "γΦ(s′) − Φ(s), or the method's raw score")
+    # Why 1.0 and not the learner's γ: with γ < 1 every step spent at a high-progress scene costs
+    # (1 − γ)Φ; normalised, that was −0.66 per held step near the hammer against 0 far from it, and
+    # the one-off gain of approaching was clipped at +5 (README, The reward).
+    gamma: float | None = opt(1.0, "γ of the potential shaping; 1.0: the progress delta (a held judgement adds 0); "
+                                   "null: the learner's own discount (exact policy invariance)")
+    judge_every: int = opt(4, "judge every k-th step of an episode; hold the last judgement in between")
+    normalize: bool = opt(True, "running z-score of the progress term")
+    center: bool | None = opt(None, "subtract the running mean (null: only for progress raw; see normalize.py)")
+    ema: float = opt(0.99, "decay of the normaliser's running mean and variance")
+    clip: float = opt(5.0, "|z| bound after normalisation")
+    # Why count is ≤ 0: episodes end on success, so a positive per-step bonus pays the agent to put
+    # success off (see novelty.py); the shifted form ranks scenes the same way.
+    novelty: Literal["count", "count_bonus", "none"] = opt(
+        "count", "exploration term: count = 1/sqrt(N) − 1 over described states (new scenes cost nothing, "
+        "familiar ones up to 1); count_bonus = the plain 1/sqrt(N); none")
+    cache: bool = opt(True, "reuse judgements of identical descriptions and near-identical features")
+    cache_radius: float = opt(0.05, "feature distance under which a cached judgement is reused")
+    cache_size: int = opt(50_000, "judgements kept in the cache")
 
     def shaping_gamma(self, learner_gamma: float = 0.99) -> float:
         """γ of the potential shaping: `gamma`, or with `gamma: null` the learner's discount (SB3's
