@@ -15,7 +15,6 @@ markdown table with the date, the machine and the exact command.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import platform
@@ -27,7 +26,9 @@ import numpy as np
 
 import robo_prm  # noqa: F401  (sets MUJOCO_GL before mujoco is imported)
 from robo_prm.describe import DescribeWrapper, StateCaptioner
+from robo_prm.envs.rollout import RandomPolicy
 from robo_prm.envs.task import shipped_tasks
+from robo_prm.provenance import command_line, load_average, provenance
 
 RENDER_SIZES = (128, 224)
 
@@ -45,11 +46,12 @@ def _best_rate(fn, seconds: float, repeats: int = 3) -> float:
     return best
 
 
-def _stepper(env, rng, render: bool = False):
+def _stepper(env, policy: RandomPolicy, render: bool = False):
+    """One env step per call (a timing unit, so not `rollout`, which runs whole episodes)."""
     env.reset(seed=0)
 
     def one():
-        _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, 4).astype(np.float32))
+        _, _, terminated, truncated, _ = env.step(policy())
         if render:
             env.render()
         if terminated or truncated:
@@ -60,14 +62,14 @@ def _stepper(env, rng, render: bool = False):
 
 def bench_task(task: str, seconds: float) -> dict:
     out: dict = {}
-    rng = np.random.default_rng(0)
+    policy = RandomPolicy(np.random.default_rng(0))  # one stream of uniform actions for every figure
     for describe in (True, False):
         env = DescribeWrapper(robo_prm.make_env(task)) if describe else robo_prm.make_env(task)
-        out[f"steps_per_s_describe_{'on' if describe else 'off'}"] = _best_rate(_stepper(env, rng), seconds)
+        out[f"steps_per_s_describe_{'on' if describe else 'off'}"] = _best_rate(_stepper(env, policy), seconds)
         env.close()
     for size in RENDER_SIZES:
         env = robo_prm.make_env(task, render_mode="rgb_array", width=size, height=size)
-        out[f"frames_per_s_{size}px"] = _best_rate(_stepper(env, rng, render=True), seconds)
+        out[f"frames_per_s_{size}px"] = _best_rate(_stepper(env, policy, render=True), seconds)
         env.close()
     env = robo_prm.make_env(task)
     env.reset(seed=0)
@@ -76,16 +78,6 @@ def bench_task(task: str, seconds: float) -> dict:
     out["descriptions_per_s"] = _best_rate(lambda: captioner(state), seconds)
     env.close()
     return out
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def gl_renderer() -> str:
@@ -129,23 +121,17 @@ def main(argv: list[str] | None = None) -> int:
     import mujoco
 
     tasks = args.tasks or shipped_tasks()
-    command = "python " + " ".join([os.path.relpath(sys.argv[0])] + (sys.argv[1:] if argv is None else argv))
-    load_before = os.getloadavg()[0]
+    command = command_line(sys.argv[:1] + (sys.argv[1:] if argv is None else argv))
+    prov = provenance(command)
     t0 = time.perf_counter()
     results = {}
     for task in tasks:
         results[task] = {k: round(v, 1) for k, v in bench_task(task, args.seconds).items()}
         print(f"{task}: done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     report = {
-        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": command,
-        "machine": {
-            "nproc": os.cpu_count(),
-            "cpu_model": cpu_model(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "loadavg_1m": {"start": round(load_before, 2), "end": round(os.getloadavg()[0], 2)},
-        },
+        **prov,
+        "load_at_end": load_average(),
+        "platform": platform.platform(),
         "mujoco_gl": os.environ.get("MUJOCO_GL"),
         "gl_renderer": gl_renderer(),
         "versions": {"mujoco": mujoco.__version__, "gymnasium": gymnasium.__version__, "robo_prm": robo_prm.__version__},
@@ -158,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     m = report["machine"]
-    print(f"env speed — {report['date']} — {m['nproc']} CPU(s), {m['cpu_model']}, load {m['loadavg_1m']['start']}")
+    print(f"env speed — {report['date']} — {m['cores']} CPU(s), {m['cpu_model']}, load {report['load']}")
     print(f"MUJOCO_GL={report['mujoco_gl']} ({report['gl_renderer']})")
     print(f"command: `{command}`\n")
     print(table(results))

@@ -21,19 +21,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import spearmanr
 
 import robo_prm
-from robo_prm.envs.experts import ScriptedExpert, rollout
+from robo_prm.describe import DescribeWrapper
+from robo_prm.envs.experts import ScriptedExpert
+from robo_prm.envs.rollout import RandomPolicy, rollout
 from robo_prm.judge import JudgeConfig, make_judge
 from robo_prm.envs.task import shipped_tasks
+from robo_prm.metrics import precision_recall_f1, set_confusion, voc
+from robo_prm.provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "judge_quality.json"
@@ -48,41 +48,28 @@ def episodes(task: str, n: int, seed0: int):
     """(successful expert episodes, random-policy episodes) as lists of SceneDescription lists."""
     import gymnasium as gym
 
-    env = gym.make(robo_prm.env_id(task))
+    env = DescribeWrapper(gym.make(robo_prm.env_id(task)))
     expert = ScriptedExpert(env)
     good, seed = [], seed0
     while len(good) < n and seed < seed0 + 5 * n:
-        infos, _, _, ok = rollout(env, expert, seed)
-        if ok:
-            good.append([i["description"] for i in infos])
+        ep = rollout(env, expert, seed)
+        if ep.success:
+            good.append([i["description"] for i in ep.infos])
         seed += 1
-    rng = np.random.default_rng(seed0)
-    rand = []
-    for k in range(n):
-        infos, _, _, _ = rollout(env, lambda obs: rng.uniform(-1, 1, size=4).astype(np.float32), seed0 + 1000 + k)
-        rand.append([i["description"] for i in infos])
+    random_policy = RandomPolicy(np.random.default_rng(seed0))  # one stream across the episodes
+    rand = [[i["description"] for i in rollout(env, random_policy, seed0 + 1000 + k).infos] for k in range(n)]
     env.close()
     return good, rand
 
 
-def voc(progress: list[float]) -> float:
-    if len(progress) < 3 or np.std(progress) == 0:
-        return 0.0  # a constant judge orders nothing
-    return float(spearmanr(np.arange(len(progress)), progress).statistic)
-
-
 def evaluate(judge, task, eps, stride: int):
-    vocs, tp, fp, fn = [], 0, 0, 0
+    vocs, pairs = [], []
     for scenes in eps:
         scenes = scenes[::stride]
         out = judge.judge(task.text, scenes)
         vocs.append(voc([j.progress for j in out]))
-        for scene, j in zip(scenes, out):
-            pred, true = set(j.hazard_names()), set(scene.hazards)
-            tp += len(pred & true)
-            fp += len(pred - true)
-            fn += len(true - pred)
-    return vocs, tp, fp, fn
+        pairs += [(j.hazard_names(), scene.hazards) for scene, j in zip(scenes, out)]
+    return vocs, *set_confusion(pairs)
 
 
 def main():
@@ -104,22 +91,17 @@ def main():
             v_good, *c1 = evaluate(judge, task, good, args.stride)
             v_rand, *c2 = evaluate(judge, task, rand, args.stride)
             tp, fp, fn = (a + b for a, b in zip(c1, c2))
+            hz = precision_recall_f1(tp, fp, fn)
             rows.append({
                 "judge": name, "task": t, "episodes_success": len(good), "episodes_random": len(rand),
                 "voc_success": float(np.mean(v_good)) if v_good else None,
                 "voc_random": float(np.mean(v_rand)) if v_rand else None,
-                "hazard_precision": tp / (tp + fp) if tp + fp else None,
-                "hazard_recall": tp / (tp + fn) if tp + fn else None,
+                "hazard_precision": hz["precision"], "hazard_recall": hz["recall"],
                 "hazard_positives": tp + fn, "seconds": time.perf_counter() - t0,
             })
             print(json.dumps(rows[-1]), flush=True)
         judge.close()
-    meta = {
-        "command": "python benchmarks/judge_quality.py " + " ".join(sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPU, {platform.processor() or platform.machine()}",
-        "load_avg_1m": os.getloadavg()[0],
-    }
+    meta = provenance()
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731

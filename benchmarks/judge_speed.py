@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
 import subprocess
 import sys
@@ -52,20 +50,27 @@ def scenes(n: int, seed: int = 0):
         import robo_prm  # noqa: F401  (registers the envs)
         from robo_prm.describe import DescribeWrapper
 
+        from robo_prm.envs.rollout import rollout
+
         env = DescribeWrapper(gym.make("robo_prm/PushToolFromEdge-v0"))
-        env.reset(seed=seed)
         env.action_space.seed(seed)
-        out, seen = [], set()
-        for _ in range(20 * n):
-            _, _, term, trunc, info = env.step(env.action_space.sample())
-            d = info["description"]
+        out, seen, taken = [], set(), 0
+
+        def keep(step) -> bool:
+            nonlocal taken
+            if step.t == 0:
+                return False
+            taken += 1
+            d = step.info["description"]
             if d.text not in seen:  # distinct texts: no row profits from repeated prompts
                 seen.add(d.text)
                 out.append(d)
-            if term or trunc:
-                env.reset()
-            if len(out) == n:
-                break
+            return len(out) == n or taken == 20 * n
+
+        s = seed
+        while len(out) < n and taken < 20 * n:  # random episodes, seeded once
+            rollout(env, lambda obs: env.action_space.sample(), s, on_step=keep)
+            s = None
         env.close()
         if len(out) == n:
             return out, "random-policy rollout of robo_prm/PushToolFromEdge-v0"
@@ -115,6 +120,7 @@ def run_rollout(steps: int, threads: int) -> dict:
     torch.set_num_threads(threads)
     import robo_prm  # noqa: F401
     from robo_prm.describe import DescribeWrapper
+    from robo_prm.envs.rollout import rollout
     from robo_prm.judge import JudgeConfig, make_judge
     from robo_prm.reward import LLMRewardWrapper, RewardConfig
 
@@ -122,13 +128,11 @@ def run_rollout(steps: int, threads: int) -> dict:
     for task_name, env_id in (("reach_tool", "robo_prm/ReachTool-v0"), (TASK, "robo_prm/PushToolFromEdge-v0")):
         judge = make_judge(JudgeConfig(n_threads=threads))
         env = LLMRewardWrapper(DescribeWrapper(gym.make(env_id)), judge, RewardConfig())
-        env.reset(seed=0)
         env.action_space.seed(0)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            _, _, term, trunc, _ = env.step(env.action_space.sample())
-            if term or trunc:
-                env.reset()
+        t0, taken, seed = time.perf_counter(), 0, 0
+        while taken < steps:  # random episodes (seeded once) until `steps` env steps
+            taken += rollout(env, lambda obs: env.action_space.sample(), seed, max_steps=steps - taken).steps
+            seed = None
         wall = time.perf_counter() - t0
         st = judge.stats()
         computed = st["calls"] - st["answer_cache_hits"]
@@ -165,8 +169,10 @@ def main() -> None:
         result = run_rollout(args.rollout, args.threads) if args.one == "rollout" else run_row(args.one, args.n, args.threads)
         print("RESULT " + json.dumps(result))
         return
+    from robo_prm.provenance import load_average, provenance
+
     results = []
-    load_before = os.getloadavg()[0]
+    prov = provenance()
     rollout = None
     for name in args.rows.split(",") + (["rollout"] if args.rollout else []):
         proc = subprocess.run([sys.executable, __file__, "--one", name, "--n", str(args.n), "--threads", str(args.threads),
@@ -180,10 +186,7 @@ def main() -> None:
         else:
             results.append(json.loads(line[7:]))
         print(f"{name}: done", file=sys.stderr)
-    meta = {"command": "python benchmarks/judge_speed.py " + " ".join(sys.argv[1:]), "task": TASK,
-            "threads": args.threads, "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
-            "loadavg_1min_before": load_before, "loadavg_1min_after": os.getloadavg()[0],
-            "date": time.strftime("%Y-%m-%d %H:%M")}
+    meta = {**prov, "load_at_end": load_average(), "task": TASK, "threads": args.threads}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"meta": meta, "results": results, "rollout": rollout}, indent=2))
     print(table(results))
@@ -194,7 +197,7 @@ def main() -> None:
             if isinstance(r, dict):
                 print(f"| {task_name} | {r['env_steps']} | {r['judged_scenes']} | {r['model_answers_computed']} | "
                       f"{r['model_calls_per_1k_steps']:.0f} | {r['answer_cache_hit_rate']:.2f} | {r['fallback_rate']:.2f} | {r['env_steps_per_s']:.0f} |")
-    print(f"\n{meta['command']} (threads={args.threads}, load avg {load_before:.1f} → {meta['loadavg_1min_after']:.1f}); "
+    print(f"\n{meta['command']} (threads={args.threads}, load avg {meta['load']:.1f} → {meta['load_at_end']:.1f}); "
           f"JSON: {OUT.relative_to(ROOT)}")
 
 

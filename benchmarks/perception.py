@@ -23,10 +23,7 @@ Writes JSON and prints a markdown table with the date, machine, load and the exa
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -35,21 +32,13 @@ import numpy as np
 import torch
 
 import robo_prm  # noqa: F401  (sets MUJOCO_GL)
+from robo_prm.envs.rollout import RandomPolicy, rollout
+from robo_prm.metrics import prf, voc
 from robo_prm.perception.dataset import load_frames
-from robo_prm.perception.slots import slot_names
-from robo_prm.perception.train import caption_matches, predict
+from robo_prm.perception.train import caption_matches, pooled_hazards, predict, slot_accuracy
 from robo_prm.perception.weights import load_perception
+from robo_prm.provenance import load_average, provenance
 from robo_prm.envs.task import load_task
-
-
-def prf(pred: np.ndarray, true: np.ndarray) -> dict:
-    tp = int((pred & true).sum())
-    fp = int((pred & ~true).sum())
-    fn = int((~pred & true).sum())
-    p = tp / (tp + fp) if tp + fp else None
-    r = tp / (tp + fn) if tp + fn else None
-    f = 2 * p * r / (p + r) if p and r else (0.0 if p is not None and r is not None else None)
-    return {"precision": p, "recall": r, "f1": f, "positives": int(true.sum()), "n": int(len(true))}
 
 
 def predicates(out, held, threshold_hazard: float) -> dict:
@@ -62,11 +51,7 @@ def predicates(out, held, threshold_hazard: float) -> dict:
             continue
         thr = threshold_hazard if ":hazard/" in k else 0.5
         res[k] = prf(prob[m, c] > thr, held.arrays["preds"][m, c] == 1)
-    hz = [c for c, k in enumerate(keys) if ":hazard/" in k]
-    m = held.arrays["preds"][:, hz] >= 0
-    all_pred = (prob[:, hz] > threshold_hazard)[m]
-    all_true = (held.arrays["preds"][:, hz] == 1)[m]
-    return {"per_predicate": res, "hazards_pooled": prf(all_pred, all_true)}
+    return {"per_predicate": res, "hazards_pooled": pooled_hazards(out, held, threshold_hazard)}
 
 
 def captions(out, held, net, threshold_hazard: float) -> dict:
@@ -75,12 +60,7 @@ def captions(out, held, net, threshold_hazard: float) -> dict:
     per_task = {t: {"frames": len(h), "exact_match": float(np.mean(h)), "exact_match_no_milestone_line": float(np.mean(without[t]))}
                 for t, h in with_line.items()}
     exact = [hit for hits in with_line.values() for hit in hits]
-    acc = {}
-    for j, name in enumerate(slot_names()):
-        t = held.arrays["slots"][:, j]
-        m = t >= 0
-        if m.any():
-            acc[name] = {"accuracy": float((out[f"slot/{name}"][m].argmax(1) == t[m]).mean()), "n": int(m.sum())}
+    acc = {name: {"accuracy": a, "n": n} for name, (a, n) in slot_accuracy(out, held).items()}
     return {"exact_match": float(np.mean(exact)), "per_task": per_task, "slot_accuracy": acc}
 
 
@@ -149,11 +129,9 @@ def cache_reuse(out, held, net, threshold_hazard: float, radii=RADII) -> dict:
     return res
 
 
-def voc(bundle, tasks, episodes: int, seed0: int) -> dict:
-    from scipy.stats import spearmanr
-
+def goal_voc(bundle, tasks, episodes: int, seed0: int) -> dict:
     from robo_prm.perception.weights import goal_similarity
-    from robo_prm.envs.experts import ScriptedExpert, rollout
+    from robo_prm.envs.experts import ScriptedExpert
     from robo_prm.envs.tidy_env import TidyTableEnv
 
     clip = bundle.clip()
@@ -168,15 +146,13 @@ def voc(bundle, tasks, episodes: int, seed0: int) -> dict:
             for k in range(episodes):
                 for kind, expert in (("expert", ScriptedExpert(env, noise=0.05, seed=seed0 + k)),
                                      ("perturbed", ScriptedExpert(env, noise=0.3, perturb=0.3, seed=seed0 + k))):
-                    _, _, frames, success = rollout(env, expert, seed=seed0 + k, render=True)
-                    frames = np.stack(frames)
+                    ep = rollout(env, expert, seed0 + k, render=True)
+                    frames = np.stack(ep.frames)
                     sim = goal_similarity(frames, task.spec.goal, clip)
                     prog = np.array([d.rule_progress for d in cap.describe(frames)])
-                    t = np.arange(len(frames))
-                    row = {"kind": kind, "steps": len(frames), "voc_goal_similarity": float(spearmanr(t, sim).statistic),
-                           "voc_pixel_rule_progress": float(spearmanr(t, prog).statistic) if prog.std() > 0 else 0.0,
-                           "similarity_first_last": [float(sim[0]), float(sim[-1])]}
-                    rows["success" if success else "failed"].append(row)
+                    row = {"kind": kind, "steps": len(frames), "voc_goal_similarity": voc(sim),
+                           "voc_pixel_rule_progress": voc(prog), "similarity_first_last": [float(sim[0]), float(sim[-1])]}
+                    rows["success" if ep.success else "failed"].append(row)
         finally:
             env.close()
         summary = {}
@@ -217,19 +193,16 @@ def speed(bundle, task_name: str = "tidy_table", n: int = 60) -> dict:
             "caption_ms_per_frame_batch32": timed(lambda: cap.describe(batch), 3) / 32,
         }
     env.close()
-    rng = np.random.default_rng(0)
+    policy = RandomPolicy(np.random.default_rng(0))  # one stream across both modes
     for mode in ("state", "pixels"):
         if mode == "state":
             e = DescribeWrapper(TidyTableEnv(task))
         else:
             e = DescribeWrapper(TidyTableEnv(task, render_mode="rgb_array", width=size, height=size), cap, every=4)
-        e.reset(seed=0)
-        t0, steps = time.perf_counter(), 0
-        while time.perf_counter() - t0 < 4.0:
-            *_, term, trunc, _ = e.step(rng.uniform(-1, 1, 4).astype(np.float32))
-            steps += 1
-            if term or trunc:
-                e.reset()
+        t0, steps, seed = time.perf_counter(), 0, 0
+        while time.perf_counter() - t0 < 4.0:  # random episodes for 4 s (resets included)
+            steps += rollout(e, policy, seed, on_step=lambda step: time.perf_counter() - t0 >= 4.0).steps
+            seed = None
         out[f"env_steps_per_s_{mode}"] = steps / (time.perf_counter() - t0)
         e.close()
     return out
@@ -246,7 +219,6 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="benchmarks/results/perception.json")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    load0 = os.getloadavg()[0]
     bundle = load_perception(args.weights)
     if args.text_model:
         bundle.text.model_name = args.text_model
@@ -255,10 +227,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     out = predict(net, held.arrays["frames"])
     result = {
-        "command": "python " + " ".join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:])),
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, 1 torch thread",
-        "load_average_at_start": round(load0, 2),
+        **provenance(None if argv is None else "python benchmarks/perception.py " + " ".join(argv)),
+        "torch_threads": 1,
         "weights": str(bundle.folder),
         "heldout_frames": len(held),
         "hazard_threshold": bundle.hazard_threshold,
@@ -267,10 +237,10 @@ def main(argv=None) -> int:
         "retrieval": retrieval(out, held, bundle.clip()),
         "cache": cache_reuse(out, held, net, bundle.hazard_threshold),
     }
-    result["voc"] = voc(bundle, held.meta["tasks"], args.episodes, args.seed)
+    result["voc"] = goal_voc(bundle, held.meta["tasks"], args.episodes, args.seed)
     result["speed"] = speed(bundle)
     result["seconds"] = round(time.perf_counter() - t0, 1)
-    result["load_average_at_end"] = round(os.getloadavg()[0], 2)
+    result["load_at_end"] = load_average()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(table(result))
@@ -282,8 +252,9 @@ def _f(x, nd=2):
 
 
 def table(r: dict) -> str:
-    lines = [f"`{r['command']}` — {r['date']}, {r['machine']}, load average {r['load_average_at_start']}"
-             f"→{r['load_average_at_end']} (another training ran), {r['heldout_frames']} held-out frames.", ""]
+    m = r["machine"]
+    lines = [f"`{r['command']}` — {r['date']}, {m['cores']} cores ({m['cpu_model']}), torch {r['torch']}, {r['torch_threads']} torch "
+             f"thread, load average {r['load']}→{r['load_at_end']}, {r['heldout_frames']} held-out frames.", ""]
     lines += ["| task | caption exact match | without milestone line | frames |", "|---|---:|---:|---:|"]
     for t, v in r["captions"]["per_task"].items():
         lines.append(f"| {t} | {_f(v['exact_match'])} | {_f(v['exact_match_no_milestone_line'])} | {v['frames']} |")

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from robo_prm.provenance import load_average, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "train_main.json"
@@ -72,6 +72,7 @@ def main():
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
     runs_dir = Path(args.runs_dir)
+    prov = provenance()
     seeds = [int(x) for x in args.seeds.split(",")]
     rows = []
     for seed in seeds:  # seed-major: a slow drift of the machine's load hits every variant alike
@@ -82,9 +83,8 @@ def main():
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     per = {v: [r for r in rows if r["variant"] == v] for v in variants}
     base = per.get("env")
-    meta = {"command": "python benchmarks/train_main.py " + " ".join(sys.argv[1:]), "task": args.task, "algo": args.algo,
-            "steps": args.steps, "seeds": seeds, "extra": args.extra, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{os.cpu_count()} CPU, {platform.processor() or platform.machine()}"}
+    meta = {**prov, "load_at_end": load_average(), "task": args.task, "algo": args.algo, "steps": args.steps,
+            "seeds": seeds, "extra": args.extra}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

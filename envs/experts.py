@@ -1,7 +1,7 @@
 """Scripted experts: waypoint controllers that solve the shipped tasks from simulator state.
 
 They make demonstrations (the method uses ~50 per task) and the successful episodes judges
-are evaluated on; `noise`/`perturb` make the failed ones. An expert reads the env's
+are evaluated on; `noise`/`perturb` make the failed ones. Run one with `robo_prm.envs.rollout.rollout`. An expert reads the env's
 `scene_state`, so it only works on a TidyTableEnv (not from pixels).
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from robo_prm.envs.rollout import uniform_action
 from robo_prm.envs.scene import OBJECT_REST_Z, PLACES, TABLE_TOP_Z
 from robo_prm.envs.state import SceneState
 
@@ -39,14 +40,15 @@ class ScriptedExpert:
     """Call with nothing; returns the next 4-D action for the env it was built on.
 
     noise: std of Gaussian action noise. perturb: probability per step of a random action
-    (perturbed experts fail often and make the 'failed episode' set)."""
+    (perturbed experts fail often and make the 'failed episode' set). plan: the steps to follow
+    (PLANS' format) instead of PLANS[task name], for a task known by another name (a text variant)."""
 
-    def __init__(self, env, noise: float = 0.0, perturb: float = 0.0, seed: int | None = None):
+    def __init__(self, env, noise: float = 0.0, perturb: float = 0.0, seed: int | None = None, plan: list[tuple] | None = None):
         self.env = env.unwrapped
         name = self.env.task.name
-        if name not in PLANS:
+        if plan is None and name not in PLANS:
             raise ValueError(f"no scripted expert for task '{name}' (have: {', '.join(PLANS)})")
-        self.plan = PLANS[name]
+        self.plan = plan if plan is not None else PLANS[name]
         self.noise, self.perturb = noise, perturb
         self.rng = np.random.default_rng(seed)
         self.reset()
@@ -95,25 +97,7 @@ class ScriptedExpert:
         else:
             action = np.array([0.0, 0.0, 0.0, 1.0])
         if self.perturb and self.rng.random() < self.perturb:
-            action = self.rng.uniform(-1, 1, size=4)
+            action = uniform_action(self.rng)
         if self.noise:
             action = action + self.rng.normal(0.0, self.noise, size=4)
         return np.clip(action, -1.0, 1.0).astype(np.float32)
-
-
-def rollout(env, policy, seed: int, render: bool = False):
-    """Run one episode; returns (infos, actions, frames or None, success)."""
-    obs, info = env.reset(seed=seed)
-    if hasattr(policy, "reset"):
-        policy.reset()
-    infos, actions, frames = [info], [], [env.render()] if render else None
-    done = False
-    while not done:
-        a = policy(obs)
-        obs, r, term, trunc, info = env.step(a)
-        infos.append(info)
-        actions.append(a)
-        if render:
-            frames.append(env.render())
-        done = term or trunc
-    return infos, actions, frames, bool(infos[-1]["is_success"])

@@ -1,5 +1,5 @@
 """Calibration of the judge's progress: an isotonic (monotone) map from raw to target progress, saved
-in `robo_prm.judge.scoring.Calibrator`'s JSON format, and expected calibration error (ECE)."""
+in `robo_prm.judge.scoring.Calibrator`'s JSON format. Its measure, ECE, is `robo_prm.metrics.ece`."""
 from __future__ import annotations
 
 import json
@@ -50,16 +50,3 @@ def save_calibrator(cal: Calibrator, path: str | Path, info: dict | None = None)
     path.write_text(json.dumps({"x": list(cal.x), "y": list(cal.y), **(info or {})}, indent=1))
     return path
 
-
-def ece(pred: Sequence[float], target: Sequence[float], bins: int = 10) -> float:
-    """Expected calibration error of progress: Σ_bins (n_b/N) · |mean pred − mean target|, equal-width bins on pred."""
-    p, t = np.clip(np.asarray(pred, float), 0, 1), np.asarray(target, float)
-    if len(p) == 0:
-        return float("nan")
-    idx = np.minimum((p * bins).astype(int), bins - 1)
-    err = 0.0
-    for b in range(bins):
-        m = idx == b
-        if m.any():
-            err += m.sum() / len(p) * abs(p[m].mean() - t[m].mean())
-    return float(err)

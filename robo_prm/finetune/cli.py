@@ -4,9 +4,6 @@ Every flag is a field of the `*Args` dataclasses below (`FinetuneArgs` = `LoraTr
 from __future__ import annotations
 
 import json
-import os
-import platform
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, fields
@@ -20,7 +17,6 @@ from robo_prm.finetune.lora import LoraTrainConfig
 
 def _csv(text: str | list[str] | None) -> list[str]:
     return [t for t in (text.split(",") if isinstance(text, str) else text or []) if t]
-
 
 
 def _scene(lab):
@@ -104,7 +100,8 @@ def calibrate_adapter(labels_path, adapter_dir, threads: int = 1, echo=print) ->
     """Fit the isotonic calibrator of the fine-tuned judge on the held-out labels → ADAPTER/calibrator.json."""
     import numpy as np
 
-    from robo_prm.finetune.calibrate import ece, fit_calibrator, save_calibrator
+    from robo_prm.finetune.calibrate import fit_calibrator, save_calibrator
+    from robo_prm.metrics import ece
     from robo_prm.finetune.labels import read_labels
     from robo_prm.judge import make_judge
 
@@ -214,10 +211,10 @@ def cmd_evaluate(args) -> int:
                 idx = [i for i, e in enumerate(eps) if e.variant.base == base]
                 rows.append({"judge": name, "task": base, **metrics([eps[i] for i in idx], [js[i] for i in idx])})
             print(name, json.dumps(rows[-len(set(e.variant.base for e in eps)) - 1]))
-    meta = {"command": "robo-prm evaluate-judge " + " ".join(sys.argv[2:]) if args.command_line is None else args.command_line,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{os.cpu_count()} CPU, {platform.processor() or platform.machine()}, {args.threads} thread(s)",
-            "load_avg_1m": os.getloadavg()[0], "heldout_variants": sorted({f"{e.variant.base}/{e.variant.name}" for e in eps}),
+    from robo_prm.provenance import provenance
+
+    meta = {**provenance(args.command_line), "threads": args.threads,
+            "heldout_variants": sorted({f"{e.variant.base}/{e.variant.name}" for e in eps}),
             "episodes": len(eps), "states": sum(len(e.scenes) for e in eps), "seconds": round(time.perf_counter() - t0, 1)}
     table = markdown(rows)
     if args.out:

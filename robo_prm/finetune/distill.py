@@ -132,7 +132,7 @@ class DistilledBackend:
 def distill(scenes: Sequence[str], goals: Sequence[str], teacher: Sequence[float], out: str | Path,
             embed: Embedder | None = None, holdout: float = 0.2, seed: int = 0, info: dict | None = None) -> dict:
     """Fit the MLP to teacher progress (in [0, 1]); report MAE and Spearman on a random held-out share."""
-    from scipy.stats import spearmanr
+    from robo_prm.metrics import spearman
 
     embed = embed or Embedder()
     x = features(embed, scenes, goals)
@@ -145,7 +145,7 @@ def distill(scenes: Sequence[str], goals: Sequence[str], teacher: Sequence[float
     pred = m.predict(x[test]) if test.any() else np.array([])
     metrics = {"n_train": int((~test).sum()), "n_test": int(test.sum()), "fit_seconds": round(time.perf_counter() - t0, 1),
                "mae_vs_teacher": float(np.abs(pred - y[test]).mean()) if test.any() else None,
-               "spearman_vs_teacher": float(spearmanr(pred, y[test]).statistic) if test.sum() > 2 else None}
+               "spearman_vs_teacher": spearman(pred, y[test]) if test.sum() > 2 else None}
     m.fit(x, y, epochs=50)  # a few more passes over everything before saving
     m.save(out, {**(info or {}), **metrics})
     return metrics

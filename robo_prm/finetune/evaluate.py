@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from robo_prm.finetune.calibrate import ece
 from robo_prm.finetune.labels import HELDOUT_TASKS, TRAIN_TASKS, Variant, rollout_states, task_variants
+from robo_prm.metrics import ece, mae, precision_recall_f1, set_confusion, voc
 from robo_prm.types import Judgement, SceneDescription, TaskText
 
 
@@ -57,14 +57,6 @@ def heldout_episodes(tasks: Sequence[str] = TRAIN_TASKS + HELDOUT_TASKS, n_succe
             states = rollout_states(v, "random", seed + 1000 + k)
             out.append(Episode(v, "random", [cap(states[i]) for i in _subsample(len(states), max_states)]))
     return out
-
-
-def voc(progress: Sequence[float]) -> float:
-    from scipy.stats import spearmanr
-
-    if len(progress) < 3 or np.std(progress) == 0:
-        return 0.0
-    return float(spearmanr(np.arange(len(progress)), progress).statistic)
 
 
 class CosineJudge:
@@ -106,25 +98,19 @@ def metrics(episodes: Sequence[Episode], judged: Sequence[Sequence[Judgement]], 
             threshold: float = 0.7) -> dict:
     vs = [voc([j.progress for j in js]) for ep, js in zip(episodes, judged) if ep.kind == "success"]
     vr = [voc([j.progress for j in js]) for ep, js in zip(episodes, judged) if ep.kind == "random"]
-    pred, true, conf, ms = [], [], [], []
-    tp = fp = fn = 0
-    for ep, js in zip(episodes, judged):
-        for scene, j in zip(ep.scenes, js):
-            pred.append(j.progress)
-            true.append(scene.rule_progress or 0.0)
-            conf.append(j.confidence)
-            if not j.cached:
-                ms.append(j.latency_ms)
-            if hazards:
-                p, t = set(j.hazard_names()), set(scene.hazards)
-                tp, fp, fn = tp + len(p & t), fp + len(p - t), fn + len(t - p)
-    pred, true = np.array(pred), np.array(true)
+    pairs = [(scene, j) for ep, js in zip(episodes, judged) for scene, j in zip(ep.scenes, js)]
+    pred = np.array([j.progress for _, j in pairs])
+    true = np.array([scene.rule_progress or 0.0 for scene, _ in pairs])
+    conf = [j.confidence for _, j in pairs]
+    ms = [j.latency_ms for _, j in pairs if not j.cached]
+    tp, fp, fn = set_confusion((j.hazard_names(), scene.hazards) for scene, j in pairs)
+    hz = precision_recall_f1(tp, fp, fn)
     return {
         "voc_success": float(np.mean(vs)) if vs else None, "voc_random": float(np.mean(vr)) if vr else None,
-        "hazard_precision": (tp / (tp + fp) if tp + fp else None) if hazards else None,
-        "hazard_recall": (tp / (tp + fn) if tp + fn else None) if hazards else None,
+        "hazard_precision": hz["precision"] if hazards else None,
+        "hazard_recall": hz["recall"] if hazards else None,
         "hazard_positives": tp + fn if hazards else None,
-        "ece": ece(pred, true), "mae": float(np.abs(pred - true).mean()) if len(pred) else None,
+        "ece": ece(pred, true), "mae": mae(pred, true),
         "mean_confidence": float(np.mean(conf)) if conf else None,
         "low_confidence_rate": float(np.mean(np.array(conf) < threshold)) if conf else None,
         "ms_per_judgement": float(np.mean(ms)) if ms else None,

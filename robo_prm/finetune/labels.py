@@ -26,13 +26,14 @@ import random
 import re
 import zlib
 from dataclasses import asdict, dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from robo_prm.config_io import from_dict, load_yaml
-from robo_prm.envs.task import HazardSpec, Task, TaskSpec, load_task, tasks_dir
+from robo_prm.envs.task import Task, TaskSpec, load_task, tasks_dir
 from robo_prm.types import HazardText, TaskText
 
 TRAIN_TASKS = ("reach_tool", "push_tool_from_edge", "tidy_table")
@@ -126,56 +127,15 @@ def read_labels(path: str | Path, split: str | None = None) -> list[Label]:
 # Each variant edits the task's words consistently: the `objects` vocabulary (so the describer says
 # "mallet"), the predicates (which name objects by their words) and the text the judge reads.
 # Paraphrases replace background/goal. Held-out words and paraphrases are never trained on.
-WORD_SWAPS: dict[str, dict[str, list[str]]] = {  # base word → {"train": [...], "heldout": [...]}
-    "hammer": {"train": ["mallet", "wrench", "spanner"], "heldout": ["chisel"]},
-    "screwdriver": {"train": ["awl", "paintbrush"], "heldout": ["file"]},
-    "glass cup": {"train": ["wine glass", "teacup"], "heldout": ["glass jar"]},
-    "blue bin": {"train": ["grey bin", "red bin"], "heldout": ["black bin"]},
-    "green tray": {"train": ["yellow tray", "wooden tray"], "heldout": ["white tray"]},
-}
+# The words, paraphrases and held-out-only tasks are data: configs/variants/*.yaml.
+def variants_dir() -> Path:
+    return Path(str(resources.files("robo_prm.configs") / "variants"))
 
-PARAPHRASES: dict[str, dict[str, list[tuple[str, str]]]] = {  # (background, goal); {obj} etc. filled after swaps
-    "reach_tool": {
-        "train": [
-            ("There is a hammer on the workbench in front of the robot. The arm must first get its gripper to the tool.",
-             "Bring the open gripper down onto the hammer so that it touches the handle."),
-            ("A hammer lies somewhere on the table. The robot should reach it with its open gripper.",
-             "Lower the open gripper to the hammer until it touches it."),
-        ],
-        "heldout": [
-            ("The robot is about to pick up a hammer from the table, but first it must reach it.",
-             "Get the open gripper right next to the hammer's handle."),
-        ],
-    },
-    "push_tool_from_edge": {
-        "train": [
-            ("Someone left a hammer right at the front edge of the table. It could drop onto a person's foot, so the robot must make it safe.",
-             "Move the hammer away from the front edge to the middle of the table and leave it lying there."),
-            ("A hammer hangs close to the front edge of the table. The arm has to bring it back to the centre without dropping it.",
-             "Get the hammer from the front edge into the middle of the table."),
-        ],
-        "heldout": [
-            ("A hammer is dangerously close to the front edge of the bench. Bring it back to the safe central area.",
-             "Slide or carry the hammer into the middle of the table and let it rest there."),
-        ],
-    },
-    "tidy_table": {
-        "train": [
-            ("After the repair, a hammer, a screwdriver and a glass cup are scattered on the table. Tools go in the green tray, the glass in the blue bin.",
-             "Place the hammer and then the screwdriver in the green tray, and put the glass cup upright in the blue bin."),
-        ],
-        "heldout": [
-            ("The table must be cleared: a hammer, a screwdriver and a glass cup lie around. Each has its own place.",
-             "Store the hammer and the screwdriver in the green tray and stand the glass cup in the blue bin."),
-        ],
-    },
-    "place_cup_in_bin": {
-        "train": [],
-        "heldout": [
-            ("A fragile glass cup is on the table. The arm must move it carefully into the blue bin on the left.",
-             "Lift the glass cup, lower it upright into the blue bin and release it."),
-        ],
-    },
+
+WORD_SWAPS: dict[str, dict[str, list[str]]] = load_yaml(variants_dir() / "word_swaps.yaml")  # word → {"train": [...], "heldout": [...]}
+PARAPHRASES: dict[str, dict[str, list[tuple[str, str]]]] = {  # task → split → [(background, goal)]; words swapped after
+    task: {split: [(p["background"], p["goal"]) for p in items] for split, items in splits.items()}
+    for task, splits in load_yaml(variants_dir() / "paraphrases.yaml").items()
 }
 
 
@@ -217,21 +177,20 @@ def make_variant(base: str, name: str, split: str, swaps: list[tuple[str, str]] 
     return Variant(base, name, split, Task(spec, source=f"<variant {raw['name']}>"), plan)
 
 
-def cup_to_tray_raw() -> dict:
-    """place_cup_in_bin with the green tray on the right as the target: a new held-out task."""
-    raw = raw_task("place_cup_in_bin")
-    raw = _swap(raw, [("blue bin", "green tray"), ("left side", "right side"), ("on the left", "on the right")])
-    raw["objects"] = {"cup0": "glass cup", "tray": "green tray"}
-    raw["name"] = "place_cup_in_tray"
-    return raw
+def heldout_only_variants(base: str) -> list[Variant]:
+    """The new tasks made from `base` that are only ever held out (configs/variants/heldout_tasks.yaml)."""
+    listed = load_yaml(variants_dir() / "heldout_tasks.yaml").get(base, {})
+    return [make_variant(base, name, "heldout", raw=load_yaml(variants_dir() / v["task"]),
+                         plan=[tuple(step) for step in v["expert"]]) for name, v in listed.items()]
 
 
 def task_variants(base: str, split: str, n_words: int | None = None, seed: int = 0) -> list[Variant]:
     """The base text and its word/paraphrase variants of one split ('train' or 'heldout').
 
     Train: the original text, each training paraphrase and each training word swap (paired with a random
-    paraphrase). Held-out: each held-out word swap and each held-out paraphrase (with original words), plus,
-    for place_cup_in_bin, the cup-to-tray task. A held-out task (HELDOUT_TASKS) has no train variants."""
+    paraphrase). Held-out: each held-out word swap and each held-out paraphrase (with original words), plus the
+    base task's held-out-only tasks (heldout_tasks.yaml: place_cup_in_bin's cup-to-tray task). A held-out task
+    (HELDOUT_TASKS) has no train variants."""
     rng = random.Random(f"{base}/{split}/{seed}")
     raw = raw_task(base)
     words = [w for w in WORD_SWAPS if _mentions(raw, w)]
@@ -257,9 +216,7 @@ def task_variants(base: str, split: str, n_words: int | None = None, seed: int =
     swaps = [(w, WORD_SWAPS[w]["heldout"][0]) for w in words]
     if swaps:
         out.append(make_variant(base, "hwords", "heldout", swaps))
-    if base == "place_cup_in_bin":
-        out.append(make_variant(base, "tray", "heldout", raw=cup_to_tray_raw(), plan=[("move", "cup0", "tray", 0.0)]))
-    return out
+    return out + heldout_only_variants(base)
 
 
 def _mentions(raw: dict, word: str) -> bool:
@@ -267,46 +224,34 @@ def _mentions(raw: dict, word: str) -> bool:
 
 
 # ---- auto-labelling ------------------------------------------------------------------------
-def _expert(env, plan, seed: int, perturb: float = 0.0, noise: float = 0.0):
-    """A ScriptedExpert with an explicit plan (variants have their own names; the plan is the base task's)."""
+def episode_policy(env, source: str, seed: int, plan: list, perturb: tuple[float, float] = (0.3, 0.6)):
+    """The labelling policy of one episode: the scripted expert (with the variant's plan: variants have their
+    own names), the perturbed expert, or uniform random actions."""
     from robo_prm.envs.experts import ScriptedExpert
+    from robo_prm.envs.rollout import RandomPolicy
 
-    class _PlanExpert(ScriptedExpert):
-        def __init__(self):
-            self.env, self.plan = env.unwrapped, plan
-            self.noise, self.perturb = noise, perturb
-            self.rng = np.random.default_rng(seed)
-            self.reset()
-
-    return _PlanExpert()
-
-
-def _policies(env, seed: int, perturb: tuple[float, float], plan):
     rng = np.random.default_rng(seed)
-    expert = _expert(env, plan, seed)
-    pert = _expert(env, plan, seed + 1, perturb=float(rng.uniform(*perturb)), noise=0.1)
-    rand = lambda obs=None: rng.uniform(-1, 1, size=4).astype(np.float32)  # noqa: E731
-    return {"scripted": expert, "perturbed": pert, "random": rand}
+    p = float(rng.uniform(*perturb))  # drawn for every source: the random policy's stream continues after it
+    if source == "scripted":
+        return ScriptedExpert(env, seed=seed, plan=plan)
+    if source == "perturbed":
+        return ScriptedExpert(env, noise=0.1, perturb=p, seed=seed + 1, plan=plan)
+    if source == "random":
+        return RandomPolicy(rng)
+    raise ValueError(f"unknown label source '{source}' (have: scripted, perturbed, random)")
 
 
 def rollout_states(variant: Variant, source: str, seed: int, perturb=(0.3, 0.6)) -> list:
     """SceneStates of one episode of `source` policy on the variant's task (its own simulator semantics)."""
+    from robo_prm.envs.experts import PLANS
+    from robo_prm.envs.rollout import rollout
     from robo_prm.envs.tidy_env import TidyTableEnv
 
     env = TidyTableEnv(variant.task)
     try:
-        from robo_prm.envs.experts import PLANS
-
-        policy = _policies(env, seed, perturb, variant.plan or PLANS[variant.base])[source]
-        env.reset(seed=seed)
-        if hasattr(policy, "reset"):
-            policy.reset()
-        states = [env.unwrapped.scene_state]
-        done = False
-        while not done:
-            _, _, term, trunc, _ = env.step(policy())
-            states.append(env.unwrapped.scene_state)
-            done = term or trunc
+        states: list = []
+        policy = episode_policy(env, source, seed, variant.plan or PLANS[variant.base], perturb)
+        rollout(env, policy, seed, on_step=lambda step: states.append(env.scene_state))
         return states
     finally:
         env.close()

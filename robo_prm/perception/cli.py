@@ -71,6 +71,7 @@ def cmd_caption(args: CaptionArgs) -> int:
     from robo_prm.describe.state_captioner import StateCaptioner
     from robo_prm.perception.weights import load_perception
     from robo_prm.envs.experts import ScriptedExpert
+    from robo_prm.envs.rollout import rollout
     from robo_prm.envs.tidy_env import TidyTableEnv
     from robo_prm.envs.task import load_task
 
@@ -78,10 +79,10 @@ def cmd_caption(args: CaptionArgs) -> int:
     task = load_task(args.task)
     env = TidyTableEnv(task, render_mode="rgb_array", width=bundle.net.cfg.size, height=bundle.net.cfg.size)
     try:
-        obs, _ = env.reset(seed=args.seed)
-        expert = ScriptedExpert(env, seed=args.seed) if args.steps else None
-        for _ in range(args.steps):
-            obs, *_ = env.step(expert(obs))
+        if args.steps:  # the expert's first steps (fewer when the episode ends before)
+            rollout(env, ScriptedExpert(env, seed=args.seed), args.seed, max_steps=args.steps)
+        else:
+            env.reset(seed=args.seed)
         pixel = bundle.captioner(task)(env.render())
         state = StateCaptioner(task)(env.scene_state)
     finally:
@@ -95,10 +96,11 @@ def cmd_caption(args: CaptionArgs) -> int:
 def cmd_goal_sim(args: GoalSimArgs) -> int:
     """Goal-text similarity along one scripted episode (VLM-RM style), with Spearman ρ against time."""
     import numpy as np
-    from scipy.stats import spearmanr
 
+    from robo_prm.metrics import voc
     from robo_prm.perception.weights import goal_similarity, make_clip
-    from robo_prm.envs.experts import ScriptedExpert, rollout
+    from robo_prm.envs.experts import ScriptedExpert
+    from robo_prm.envs.rollout import rollout
     from robo_prm.envs.tidy_env import TidyTableEnv
     from robo_prm.envs.task import load_task
 
@@ -110,13 +112,12 @@ def cmd_goal_sim(args: GoalSimArgs) -> int:
     task = load_task(args.task)
     env = TidyTableEnv(task, render_mode="rgb_array", width=size, height=size)
     try:
-        infos, _, frames, success = rollout(env, ScriptedExpert(env, seed=args.seed), seed=args.seed, render=True)
+        ep = rollout(env, ScriptedExpert(env, seed=args.seed), args.seed, render=True)
     finally:
         env.close()
     text = args.text or task.spec.goal
-    sim = goal_similarity(np.stack(frames), text, clip)
-    rho = spearmanr(np.arange(len(sim)), sim).statistic
-    print(f"text: {text}\nsteps: {len(sim)}  success: {success}  spearman(time, similarity): {rho:.3f}")
+    sim = goal_similarity(np.stack(ep.frames), text, clip)
+    print(f"text: {text}\nsteps: {len(sim)}  success: {ep.success}  spearman(time, similarity): {voc(sim):.3f}")
     print("similarity every 5th step:", " ".join(f"{s:.2f}" for s in sim[::5]))
     return 0
 

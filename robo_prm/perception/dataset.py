@@ -88,19 +88,6 @@ def scatter(env, rng: np.random.Generator):
     env._snapshot()
 
 
-class _RandomPolicy:
-    """A smoothed random walk: covers the workspace better than independent uniform actions."""
-
-    def __init__(self, rng: np.random.Generator):
-        self.rng, self.a = rng, np.zeros(4)
-
-    def __call__(self, obs=None):
-        self.a = 0.6 * self.a + 0.4 * self.rng.uniform(-1, 1, size=4)
-        a = self.a.copy()
-        a[3] = 1.0 if self.rng.uniform() < 0.5 else -1.0
-        return a.astype(np.float32)
-
-
 class _Shards:
     def __init__(self, out: Path, shard_size: int):
         self.out, self.shard_size, self.n_shards = out, shard_size, 0
@@ -121,9 +108,94 @@ class _Shards:
         self.rows = {}
 
 
+class _Rows:
+    """Labels each kept state into the shards; counts frames by split and policy; drives the progress bar."""
+
+    def __init__(self, cfg: CollectConfig, keys: list[str], shards: _Shards, progress: bool):
+        self.cfg, self.keys, self.shards = cfg, keys, shards
+        self.col = {k: i for i, k in enumerate(keys)}
+        self.n = 0
+        self.counts = {"train": 0, "heldout": 0}
+        self.by_policy = {p: 0 for p in POLICIES}
+        self.bar = None
+        if progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=cfg.frames, desc="collect", unit="frame")
+
+    @property
+    def full(self) -> bool:
+        return self.n >= self.cfg.frames
+
+    def add(self, env, cap: StateCaptioner, ti: int, t: int, ep: dict):
+        """The env's current state (step t of episode `ep`: episode, seed, split, kind, scattered) as one row."""
+        task = env.unwrapped.task
+        s = env.unwrapped.scene_state
+        status = task.status(s)
+        d = cap(s, status=status)
+        labels = SlotLabels.of(cap.facts(s, status), s)
+        preds = np.full(len(self.keys), -1, dtype=np.int8)
+        for k, v in task.predicate_values(s, status).items():
+            preds[self.col[f"{task.name}:{k}"]] = int(bool(v))
+        self.shards.add(frames=env.render(), slots=labels.slots, state=labels.state, preds=preds,
+                        task=ti, rule_progress=np.float32(status.rule_progress), milestones=status.reached,
+                        caption=d.text, episode=ep["episode"], seed=ep["seed"], step=t, heldout=ep["split"] == "heldout",
+                        policy=POLICIES.index(ep["kind"]), scattered=ep["scattered"], success=status.success)
+        self.counts[ep["split"]] += 1
+        self.by_policy[ep["kind"]] += 1
+        self.n += 1
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _policy(kind: str, env, seed: int, ep_rng: np.random.Generator):
+    from robo_prm.envs.experts import ScriptedExpert
+    from robo_prm.envs.rollout import RandomPolicy
+
+    if kind == "random":  # a smoothed random walk covers the workspace better than independent actions
+        return RandomPolicy(ep_rng, smooth=0.6, binary_grip=True)
+    if kind == "expert":
+        return ScriptedExpert(env, noise=0.05, seed=seed)
+    return ScriptedExpert(env, noise=float(ep_rng.uniform(0.1, 0.4)), perturb=float(ep_rng.uniform(0.1, 0.4)), seed=seed)
+
+
+def _episode(cfg: CollectConfig, episode: int, ti: int, env, cap: StateCaptioner, rng: np.random.Generator, rows: _Rows):
+    """One episode of a policy drawn from cfg.mix (random only for a task without a scripted expert), from a
+    scattered scene with probability cfg.scatter; every cfg.stride-th state (from a random offset) is kept."""
+    from robo_prm.envs.experts import PLANS
+    from robo_prm.envs.rollout import rollout
+
+    task = env.unwrapped.task
+    seed = cfg.seed * 1_000_003 + episode
+    n_tasks = len(cfg.tasks)
+    split = "heldout" if (episode // n_tasks) % cfg.heldout_every == 0 else "train"  # whole rounds: every task
+    kind = POLICIES[int(rng.choice(3, p=np.asarray(cfg.mix) / sum(cfg.mix)))]
+    if task.name not in PLANS:
+        kind = "random"
+    obs, info = env.reset(seed=seed)
+    ep_rng = np.random.default_rng(seed)  # scatter, policy, offset: drawn in this order
+    scattered = bool(rng.uniform() < cfg.scatter)
+    if scattered:
+        scatter(env, ep_rng)
+        obs = env.unwrapped._observe(env.unwrapped.scene_state)
+    policy = _policy(kind, env, seed, ep_rng)
+    offset = int(ep_rng.integers(cfg.stride))
+    ep = {"episode": episode, "seed": seed, "split": split, "kind": kind, "scattered": scattered}
+
+    def keep(step) -> bool:
+        if (step.t - offset) % cfg.stride == 0:
+            rows.add(env, cap, ti, step.t, ep)
+        return rows.full
+
+    rollout(env, policy, seed, on_step=keep, max_steps=min(task.spec.max_steps, cfg.max_steps), start=(obs, info))
+
+
 def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     """Write frames + labels to `out`; returns the meta dict (also written to out/meta.json)."""
-    from robo_prm.envs.experts import PLANS, ScriptedExpert
     from robo_prm.envs.tidy_env import TidyTableEnv
 
     out = Path(out)
@@ -131,73 +203,22 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     for old in out.glob("shard_*.npz"):
         old.unlink()
     keys = predicate_keys(cfg.tasks)
-    col = {k: i for i, k in enumerate(keys)}
     tasks = [load_task(t) for t in cfg.tasks]
     envs = [TidyTableEnv(t, render_mode="rgb_array", width=cfg.size, height=cfg.size) for t in tasks]
     captioners = [StateCaptioner(t) for t in tasks]
     rng = np.random.default_rng(cfg.seed)
-    shards = _Shards(out, cfg.shard_size)
-    counts = {"train": 0, "heldout": 0}
-    by_policy = {p: 0 for p in POLICIES}
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=cfg.frames, desc="collect", unit="frame")
-    t0, episode, n = time.perf_counter(), 0, 0
+    rows = _Rows(cfg, keys, _Shards(out, cfg.shard_size), progress)
+    t0, episode = time.perf_counter(), 0
     try:
-        while n < cfg.frames:
+        while not rows.full:
             ti = episode % len(tasks)
-            task, env, cap = tasks[ti], envs[ti], captioners[ti]
-            seed = cfg.seed * 1_000_003 + episode
-            split = "heldout" if (episode // len(tasks)) % cfg.heldout_every == 0 else "train"  # whole rounds: every task
-            kind = POLICIES[int(rng.choice(3, p=np.asarray(cfg.mix) / sum(cfg.mix)))]
-            if task.name not in PLANS:  # a task without a scripted expert: random and scattered episodes only
-                kind = "random"
-            obs, info = env.reset(seed=seed)
-            ep_rng = np.random.default_rng(seed)
-            scattered = bool(rng.uniform() < cfg.scatter)
-            if scattered:
-                scatter(env, ep_rng)
-                obs = env._observe(env.scene_state)
-            if kind == "random":
-                policy = _RandomPolicy(ep_rng)
-            elif kind == "expert":
-                policy = ScriptedExpert(env, noise=0.05, seed=seed)
-            else:
-                policy = ScriptedExpert(env, noise=float(ep_rng.uniform(0.1, 0.4)), perturb=float(ep_rng.uniform(0.1, 0.4)), seed=seed)
-            offset = int(ep_rng.integers(cfg.stride))
-            for t in range(min(task.spec.max_steps, cfg.max_steps) + 1):
-                if t > 0:
-                    obs, _, term, trunc, info = env.step(policy(obs))
-                if (t - offset) % cfg.stride == 0:
-                    s = env.scene_state
-                    status = task.status(s)
-                    d = cap(s, status=status)
-                    labels = SlotLabels.of(cap.facts(s, status), s)
-                    preds = np.full(len(keys), -1, dtype=np.int8)
-                    for k, v in task.predicate_values(s, status).items():
-                        preds[col[f"{task.name}:{k}"]] = int(bool(v))
-                    shards.add(frames=env.render(), slots=labels.slots, state=labels.state, preds=preds,
-                               task=ti, rule_progress=np.float32(status.rule_progress), milestones=status.reached,
-                               caption=d.text, episode=episode, seed=seed, step=t, heldout=split == "heldout",
-                               policy=POLICIES.index(kind), scattered=scattered, success=status.success)
-                    counts[split] += 1
-                    by_policy[kind] += 1
-                    n += 1
-                    if bar is not None:
-                        bar.update(1)
-                    if n >= cfg.frames:
-                        break
-                if t > 0 and (term or trunc):
-                    break
+            _episode(cfg, episode, ti, envs[ti], captioners[ti], rng, rows)
             episode += 1
     finally:
         for env in envs:
             env.close()
-        if bar is not None:
-            bar.close()
-    shards.flush()
+        rows.close()
+    rows.shards.flush()
     meta = {
         "config": {**asdict(cfg), "mix": list(cfg.mix)},
         "tasks": [t.name for t in tasks],
@@ -205,11 +226,11 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
         "slot_names": slot_names(),
         "state_dim": STATE_DIM,
         "size": cfg.size,
-        "frames": n,
+        "frames": rows.n,
         "episodes": episode,
-        "splits": counts,
-        "policies": by_policy,
-        "shards": shards.n_shards,
+        "splits": rows.counts,
+        "policies": rows.by_policy,
+        "shards": rows.shards.n_shards,
         "seconds": round(time.perf_counter() - t0, 1),
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=1))

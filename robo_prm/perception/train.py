@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +30,8 @@ from robo_prm.perception.model import NetConfig, PerceptionNet
 from robo_prm.perception.slots import slot_names
 from robo_prm.perception.weights import load_perception, save_perception
 from robo_prm.envs.task import load_task
+from robo_prm.metrics import accuracy, prf
+from robo_prm.provenance import provenance
 
 log = logging.getLogger(__name__)
 
@@ -145,47 +146,39 @@ def _weights(cfg: PerceptionTrainConfig) -> dict[str, float]:
             "state": cfg.state_weight, "clip": cfg.clip_weight}
 
 
-def train(cfg: PerceptionTrainConfig, data: FrameSet | None = None, progress: bool = True, command: str = "") -> Path:
-    """Train and write a perception folder to cfg.out; returns it."""
-    torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
-    data = data or load_frames(cfg.data)
-    meta = data.meta
-    train_set = data.split(heldout=False)
+def _model(cfg: PerceptionTrainConfig, meta: dict, train_set: FrameSet) -> tuple[PerceptionNet, TextTower]:
+    """The net and text tower to train: loaded from cfg.init, or new (state head bias at the mean state)."""
     if cfg.init:
         bundle = load_perception(cfg.init)
         net, text = bundle.net, bundle.text
         if net.cfg.predicate_keys != meta["predicate_keys"] or net.cfg.size != meta["size"]:
             raise ValueError(f"{cfg.init}: trained on other tasks or frame size than {cfg.data}")
         net.train()
-    else:
-        text = TextTower(cfg.embed_dim, cfg.text_model)
-        net_cfg = NetConfig(size=meta["size"], trunk_blocks=cfg.trunk_blocks, hidden=cfg.hidden, embed_dim=cfg.embed_dim,
-                            tasks=list(meta["tasks"]), predicate_keys=list(meta["predicate_keys"]), text_model=cfg.text_model,
-                            text_dim=text.text_dim)
-        net = PerceptionNet(net_cfg, imagenet=cfg.imagenet)
-        with torch.no_grad():
-            net.state.bias.copy_(torch.as_tensor(train_set.arrays["state"].mean(0)))
-    n_frozen = min(cfg.freeze_blocks, cfg.trunk_blocks)
-    for p in list(net.trunk.stem.parameters()) + [p for b in net.trunk.blocks[:n_frozen] for p in b.parameters()]:
-        p.requires_grad_(False)
+        return net, text
+    text = TextTower(cfg.embed_dim, cfg.text_model)
+    net_cfg = NetConfig(size=meta["size"], trunk_blocks=cfg.trunk_blocks, hidden=cfg.hidden, embed_dim=cfg.embed_dim,
+                        tasks=list(meta["tasks"]), predicate_keys=list(meta["predicate_keys"]), text_model=cfg.text_model,
+                        text_dim=text.text_dim)
+    net = PerceptionNet(net_cfg, imagenet=cfg.imagenet)
+    with torch.no_grad():
+        net.state.bias.copy_(torch.as_tensor(train_set.arrays["state"].mean(0)))
+    return net, text
 
-    t0 = time.perf_counter()
-    captions, caption_id = np.unique(train_set.arrays["caption"], return_inverse=True)
-    text_emb = text.sentence_embeddings(list(captions)) if cfg.clip_weight else torch.zeros(len(captions), 1)
-    text_s = time.perf_counter() - t0
-    prefix = _Prefix(net, n_frozen).eval()
-    fmaps = precompute(prefix, train_set.arrays["frames"], progress=progress)
-    prefix_s = time.perf_counter() - t0 - text_s
 
+def _targets(train_set: FrameSet, caption_id: np.ndarray) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The training targets as tensors, and the predicate BCE's positive weights (√(neg/pos), in [1, 10])."""
     arrays = {k: torch.as_tensor(train_set.arrays[k]) for k in ("slots", "preds", "task", "rule_progress", "state")}
     arrays["caption_id"] = torch.as_tensor(caption_id)
     preds = train_set.arrays["preds"]
     pos = (preds == 1).sum(0)
     neg = (preds == 0).sum(0)
-    pos_weight = torch.as_tensor(np.clip(np.sqrt(neg / np.maximum(pos, 1)), 1.0, 10.0), dtype=torch.float32)
+    return arrays, torch.as_tensor(np.clip(np.sqrt(neg / np.maximum(pos, 1)), 1.0, 10.0), dtype=torch.float32)
 
+
+def _fit(net: PerceptionNet, text: TextTower, fmaps: torch.Tensor, arrays: dict, text_emb: torch.Tensor,
+         pos_weight: torch.Tensor, cfg: PerceptionTrainConfig, rng: np.random.Generator, n_frozen: int,
+         progress: bool) -> tuple[list[dict], int]:
+    """AdamW + one-cycle over shuffled batches of the frozen trunk's outputs; (loss history, steps taken)."""
     params = [p for p in list(net.parameters()) + list(text.proj.parameters()) if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     n = len(fmaps)
@@ -229,18 +222,42 @@ def train(cfg: PerceptionTrainConfig, data: FrameSet | None = None, progress: bo
     if bar is not None:
         bar.close()
     net.eval()
+    return history, step
+
+
+def train(cfg: PerceptionTrainConfig, data: FrameSet | None = None, progress: bool = True, command: str = "") -> Path:
+    """Train and write a perception folder to cfg.out; returns it."""
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    data = data or load_frames(cfg.data)
+    meta = data.meta
+    train_set = data.split(heldout=False)
+    net, text = _model(cfg, meta, train_set)
+    n_frozen = min(cfg.freeze_blocks, cfg.trunk_blocks)
+    for p in list(net.trunk.stem.parameters()) + [p for b in net.trunk.blocks[:n_frozen] for p in b.parameters()]:
+        p.requires_grad_(False)
+
+    t0 = time.perf_counter()
+    captions, caption_id = np.unique(train_set.arrays["caption"], return_inverse=True)
+    text_emb = text.sentence_embeddings(list(captions)) if cfg.clip_weight else torch.zeros(len(captions), 1)
+    text_s = time.perf_counter() - t0
+    fmaps = precompute(_Prefix(net, n_frozen).eval(), train_set.arrays["frames"], progress=progress)
+    prefix_s = time.perf_counter() - t0 - text_s
+    arrays, pos_weight = _targets(train_set, caption_id)
+    t_train = time.perf_counter()
+    history, step = _fit(net, text, fmaps, arrays, text_emb, pos_weight, cfg, rng, n_frozen, progress)
     train_s = time.perf_counter() - t_train
     threshold = cfg.hazard_threshold or choose_hazard_threshold(net, train_set, rng)
     metrics = evaluate(net, data.split(heldout=True), threshold) if bool(data.arrays["heldout"].any()) else {}
     manifest = {
         "what": "robo_prm perception: EfficientNet-Lite0 trunk (ImageNet init) + caption-slot, predicate, progress, "
                 "state heads + CLIP image embedding aligned with frozen all-MiniLM-L6-v2 + trained projection",
-        "command": command,
+        **provenance(command or None),
         "config": asdict(cfg),
         "data": {k: meta.get(k) for k in ("frames", "episodes", "splits", "policies", "tasks", "size")} | {"collect": meta.get("config")},
-        "train": {"steps": step, "train_frames": n, "seconds_text": round(text_s, 1), "seconds_frozen_trunk": round(prefix_s, 1),
-                  "seconds_train": round(train_s, 1), "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-                  "threads": cfg.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "history_tail": history[-5:]},
+        "train": {"steps": step, "train_frames": len(fmaps), "seconds_text": round(text_s, 1), "seconds_frozen_trunk": round(prefix_s, 1),
+                  "seconds_train": round(train_s, 1), "threads": cfg.threads, "history_tail": history[-5:]},
         "hazard_threshold": {"value": threshold, "chosen_on": "given" if cfg.hazard_threshold else
                              "≤3000 train-split frames: the largest threshold with pooled hazard recall ≥ 0.98"},
         "metrics_heldout": metrics,
@@ -256,8 +273,7 @@ def train(cfg: PerceptionTrainConfig, data: FrameSet | None = None, progress: bo
 def choose_hazard_threshold(net: PerceptionNet, frames: FrameSet, rng: np.random.Generator, target: float = 0.98) -> float:
     """The largest threshold (0.5, 0.45, …, 0.05) at which the hazard heads' pooled recall on (a sample of) the
     training frames reaches `target`: a missed hazard costs more than a false alarm. Held-out frames are not used."""
-    keys = frames.meta["predicate_keys"]
-    hz = [c for c, k in enumerate(keys) if ":hazard/" in k]
+    hz = hazard_columns(frames.meta["predicate_keys"])
     if not hz or len(frames) == 0:
         return 0.5
     idx = np.sort(rng.choice(len(frames), size=min(3000, len(frames)), replace=False))
@@ -299,28 +315,38 @@ def caption_matches(net: PerceptionNet, held: FrameSet, out: dict[str, np.ndarra
     return res
 
 
+def slot_accuracy(out: dict[str, np.ndarray], held: FrameSet) -> dict[str, tuple[float, int]]:
+    """Per caption slot: (accuracy of the slot head's argmax, frames where the slot applies); slots that never apply
+    are left out."""
+    res = {}
+    for j, name in enumerate(slot_names()):
+        acc, n = accuracy(out[f"slot/{name}"].argmax(1), held.arrays["slots"][:, j])
+        if n:
+            res[name] = (acc, n)
+    return res
+
+
+def hazard_columns(keys: list[str]) -> list[int]:
+    return [c for c, k in enumerate(keys) if ":hazard/" in k]
+
+
+def pooled_hazards(out: dict[str, np.ndarray], held: FrameSet, hazard_threshold: float) -> dict:
+    """Precision, recall, F1 of every hazard predicate head pooled (probability > threshold), over the frames
+    where the hazard is checked (the frame's task has it)."""
+    hz = hazard_columns(held.meta["predicate_keys"])
+    truth = held.arrays["preds"][:, hz]
+    known = truth >= 0
+    prob = 1 / (1 + np.exp(-out["preds"][:, hz]))
+    return prf((prob > hazard_threshold)[known], (truth == 1)[known])
+
+
 def evaluate(net: PerceptionNet, held: FrameSet, hazard_threshold: float = 0.5) -> dict:
     """Held-out slot accuracy, caption exact match, and hazard recall (quick numbers for the manifest)."""
     if len(held) == 0:
         return {}
     out = predict(net, held.arrays["frames"])
-    names = slot_names()
-    acc = {}
-    for j, name in enumerate(names):
-        t = held.arrays["slots"][:, j]
-        m = t >= 0
-        if m.any():
-            acc[name] = float((out[f"slot/{name}"][m].argmax(1) == t[m]).mean())
+    acc = {name: a for name, (a, _) in slot_accuracy(out, held).items()}
     exact = [hit for hits in caption_matches(net, held, out, hazard_threshold).values() for hit in hits]
-    hz_tp, hz_pos = 0, 0
-    keys = held.meta["predicate_keys"]
-    preds = held.arrays["preds"]
-    p = 1 / (1 + np.exp(-out["preds"]))
-    for c, k in enumerate(keys):
-        if ":hazard/" in k:
-            m = preds[:, c] == 1
-            hz_pos += int(m.sum())
-            hz_tp += int((p[m, c] > hazard_threshold).sum())
+    hz = pooled_hazards(out, held, hazard_threshold)
     return {"frames": len(held), "caption_exact_match": float(np.mean(exact)), "slot_accuracy_mean": float(np.mean(list(acc.values()))),
-            "slot_accuracy": acc, "hazard_recall": hz_tp / hz_pos if hz_pos else None, "hazard_positives": hz_pos}
-
+            "slot_accuracy": acc, "hazard_recall": hz["recall"], "hazard_positives": hz["positives"]}

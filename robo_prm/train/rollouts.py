@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from robo_prm.config import TrainConfig
+from robo_prm.envs.rollout import Step, rollout
 from robo_prm.replay.episode import EpisodeWriter
 from robo_prm.reward import LLMRewardWrapper
 from robo_prm.envs.task import Task
@@ -37,6 +38,27 @@ def hazard_onsets(hazards_per_step: list[tuple], initial: tuple = ()) -> int:
     return n
 
 
+class TrainedPolicy:
+    """A trained SB3 model as a rollout policy (`robo_prm.envs.rollout`): its deterministic action."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, obs) -> np.ndarray:
+        return self.model.predict(obs, deterministic=True)[0]
+
+
+def env_reward(info: dict, reward: float) -> float:
+    """The environment's own reward of a step (the blended reward's env term when a judge wraps the env)."""
+    return float(info.get("reward_terms", {}).get("term/env", reward))
+
+
+def _record(writer: EpisodeWriter, env, step: Step) -> None:
+    writer.add_frame(env.render())
+    if step.t > 0:
+        writer.add_step(step_record(step.t - 1, step.action, step.info, env_reward(step.info, step.reward)))
+
+
 def run_episodes(
     policy: Callable[[np.ndarray], np.ndarray],
     task: Task,
@@ -60,27 +82,15 @@ def run_episodes(
             e = judged if (recording and judged is not None) else env
             if judged is not None:
                 judged.blend.explain[0] = recording
-            obs, info = e.reset(seed=seed)
             writer = None
             if recording:
                 writer = EpisodeWriter(record_dir / f"{prefix}_{k:04d}", episode_meta(task, run, cfg.algo, seed, env_steps), overwrite=True)
-                writer.add_frame(env.render())
-            start_hazards = tuple(info.get("hazards", ()))
-            hazards, ret, t, done = [], 0.0, 0, False
-            while not done:
-                action = policy(obs)
-                obs, r, term, trunc, info = e.step(action)
-                env_r = info.get("reward_terms", {}).get("term/env", r)
-                ret += float(env_r)
-                hazards.append(tuple(info.get("hazards", ())))
-                if writer is not None:
-                    writer.add_frame(env.render())
-                    writer.add_step(step_record(t, action, info, env_r))
-                t += 1
-                done = term or trunc
+            ep = rollout(e, policy, seed, on_step=(lambda step, w=writer: _record(w, env, step)) if writer is not None else None)
+            hazards = [tuple(info.get("hazards", ())) for info in ep.infos[1:]]
+            ret = sum(env_reward(info, r) for info, r in zip(ep.infos[1:], ep.rewards))
             path = str(writer.close()) if writer is not None else None
-            results.append(EpisodeResult(seed, bool(info.get("is_success")), ret, hazard_onsets(hazards, start_hazards), t,
-                                         sum(1 for h in hazards if h), path))
+            results.append(EpisodeResult(seed, ep.success, ret, hazard_onsets(hazards, tuple(ep.infos[0].get("hazards", ()))),
+                                         ep.steps, sum(1 for h in hazards if h), path))
     finally:
         env.close()
     return results
