@@ -206,6 +206,7 @@ def test_distilled_model_save_load_and_backend(tmp_path):
     m = distill([lab.scene for lab in labs], [lab.task_text["goal"] for lab in labs], [0.0, 0.5, 1.0] * 2,
                 tmp_path / "d", embed=Embedder(_hash_embed), holdout=0.0)
     assert m["n_train"] == 6
+    assert set(json.loads((tmp_path / "d" / "distilled.json").read_text())["provenance"]) >= {"command", "git_commit", "date"}
     model = DistilledModel.load(tmp_path / "d")
     backend = DistilledBackend(tmp_path / "d", embed=Embedder(_hash_embed))
     judge = ConfidentJudge(backend, JudgeConfig(confidence_threshold=0.0))

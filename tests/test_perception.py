@@ -155,6 +155,7 @@ def test_train_embed_caption_round_trip(tiny_model, tiny_data, make_env):
 
     manifest = json.loads((tiny_model / "manifest.json").read_text())
     assert manifest["command"] == "test" and manifest["train"]["steps"] >= 1
+    assert {"git_commit", "date", "machine", "load", "python", "torch"} <= set(manifest)  # robo_prm.provenance
     bundle = load_perception(tiny_model)
     # the manifest's held-out figure is what the saved model scores on the held-out frames (fp16 weights: ±1 frame)
     held = load_frames(tiny_data[0]).split(heldout=True)

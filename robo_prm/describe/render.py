@@ -28,6 +28,19 @@ def _gripper(g: GripperFacts, word, facts: list[str]) -> str:
     return f"The gripper is {opened}, {where}."
 
 
+# Each place (facts.PLACE_KINDS) → (its named fact, its sentence), filled in by `_object`: w is the object's word,
+# verb "stands" / "lies" / "lies tipped over", the rest the place's details.
+_PHRASES = {
+    "held": ("grasped({w})", "The {w} is held {height} above the table"),
+    "fallen": ("fallen({w})", "The {w} has fallen off the table"),
+    "in": ("in({w}, {container})", "The {w} {verb} in the {container}"),
+    "lifted": ("lifted({w})", "The {w} is in the air, {bucket} above the table"),
+    "near_edge": ("near_edge({w}, {edge})", "The {w} {verb} {from_edge} of the table"),
+    "middle": ("in_zone({w}, middle)", "The {w} {verb} in the middle of the table"),
+    "quadrant": ("on_table({w}, {quadrant})", "The {w} {verb} on the {depth} {side} part of the table"),
+}
+
+
 def _object(o: ObjectFacts, word, facts: list[str]) -> str:
     w = word(o.sim)
     if OBJECT_KIND[o.sim] == "fragile":
@@ -40,29 +53,14 @@ def _object(o: ObjectFacts, word, facts: list[str]) -> str:
     if o.moving:
         facts.append(f"moving({w})")
         extra = " It is moving fast."
-    if o.place == "held":
-        facts.append(f"grasped({w})")
-        above = "just above the table" if o.bucket == "touching" else f"{o.bucket} above the table"
-        return f"The {w} is held {above}.{extra}"
-    if o.place == "fallen":
-        facts.append(f"fallen({w})")
-        return f"The {w} has fallen off the table.{extra}"
-    if o.place == "in":
-        facts.append(f"in({w}, {word(o.container)})")
-        return f"The {w} {verb} in the {word(o.container)}.{extra}"
-    if o.place == "lifted":
-        facts.append(f"lifted({w})")
-        return f"The {w} is in the air, {o.bucket} above the table.{extra}"
-    if o.place == "near_edge":
-        facts.append(f"near_edge({w}, {o.edge})")
-        where = f"at the very {o.edge} edge" if o.bucket == "touching" else f"{o.bucket} from the {o.edge} edge"
-        return f"The {w} {verb} {where} of the table.{extra}"
-    if o.place == "middle":
-        facts.append(f"in_zone({w}, middle)")
-        return f"The {w} {verb} in the middle of the table.{extra}"
-    depth, side = o.quadrant.split("-")
-    facts.append(f"on_table({w}, {o.quadrant})")
-    return f"The {w} {verb} on the {depth} {side} part of the table.{extra}"
+    touching = o.bucket == "touching"
+    depth, side = o.quadrant.split("-") if o.quadrant else ("", "")
+    fields = {"w": w, "verb": verb, "bucket": o.bucket, "edge": o.edge, "quadrant": o.quadrant, "depth": depth, "side": side,
+              "container": word(o.container) if o.container else None, "height": "just" if touching else o.bucket,
+              "from_edge": f"at the very {o.edge} edge" if touching else f"{o.bucket} from the {o.edge} edge"}
+    fact, sentence = _PHRASES[o.place]
+    facts.append(fact.format(**fields))
+    return f"{sentence.format(**fields)}.{extra}"
 
 
 def render(facts: SceneFacts, word, milestone_line: bool = True) -> tuple[str, tuple[str, ...]]:

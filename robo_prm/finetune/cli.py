@@ -102,6 +102,7 @@ def calibrate_adapter(labels_path, adapter_dir, threads: int = 1, echo=print) ->
 
     from robo_prm.finetune.calibrate import fit_calibrator, save_calibrator
     from robo_prm.metrics import ece
+    from robo_prm.provenance import provenance
     from robo_prm.finetune.labels import read_labels
     from robo_prm.judge import make_judge
 
@@ -116,7 +117,8 @@ def calibrate_adapter(labels_path, adapter_dir, threads: int = 1, echo=print) ->
     cal = fit_calibrator(raw, target)
     after = np.array([cal(p) for p in raw])
     info = {"fitted_on": f"{labels_path} (split heldout, {len(labels)} labels)", "ece_before": ece(raw, target),
-            "ece_after_in_sample": ece(after, target), "seconds": round(time.perf_counter() - t0, 1)}
+            "ece_after_in_sample": ece(after, target), "seconds": round(time.perf_counter() - t0, 1),
+            "provenance": provenance()}
     save_calibrator(cal, Path(adapter_dir) / "calibrator.json", info)
     echo(json.dumps(info))
     return info

@@ -133,6 +133,7 @@ def distill(scenes: Sequence[str], goals: Sequence[str], teacher: Sequence[float
             embed: Embedder | None = None, holdout: float = 0.2, seed: int = 0, info: dict | None = None) -> dict:
     """Fit the MLP to teacher progress (in [0, 1]); report MAE and Spearman on a random held-out share."""
     from robo_prm.metrics import spearman
+    from robo_prm.provenance import provenance
 
     embed = embed or Embedder()
     x = features(embed, scenes, goals)
@@ -147,5 +148,5 @@ def distill(scenes: Sequence[str], goals: Sequence[str], teacher: Sequence[float
                "mae_vs_teacher": float(np.abs(pred - y[test]).mean()) if test.any() else None,
                "spearman_vs_teacher": spearman(pred, y[test]) if test.sum() > 2 else None}
     m.fit(x, y, epochs=50)  # a few more passes over everything before saving
-    m.save(out, {**(info or {}), **metrics})
+    m.save(out, {**(info or {}), **metrics, "provenance": provenance()})
     return metrics

@@ -33,6 +33,7 @@ import numpy as np
 from robo_prm.config_flags import opt
 from robo_prm.finetune.labels import Label, read_labels
 from robo_prm.judge.prompt import scene_text
+from robo_prm.provenance import provenance
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +264,7 @@ def finetune(labels_path: str | Path, out: str | Path, cfg: LoraTrainConfig | No
     load_s = time.perf_counter() - t0
     echo(f"model loaded in {load_s:.0f} s; {len(labels)} labels, {sum(p.numel() for p in trainer.params):,} trainable parameters")
     info = trainer.train(labels, echo=echo)
-    info.update(load_seconds=round(load_s, 1), labels_file=str(labels_path), pid=os.getpid())
+    info.update(load_seconds=round(load_s, 1), labels_file=str(labels_path), pid=os.getpid(), provenance=provenance())
     trainer.save(out, info)
     echo(json.dumps(info))
     return info
