@@ -30,7 +30,7 @@ from robo_prm.train.algos import DEFAULTS, load_algo, make_algo
 from robo_prm.train.callbacks import CheckpointEvery, ProgressBar, RewardLogger, latest_checkpoint, save_checkpoint
 from robo_prm.train.envs import find_blend, make_vec_env
 from robo_prm.train.recorder import EpisodeRecorder
-from robo_prm.train.rollouts import run_episodes, summarize
+from robo_prm.train.rollouts import TrainedPolicy, run_episodes, summarize
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,8 @@ class EvalEvery(BaseCallback):
 
     def evaluate(self):
         blend = find_blend(self.training_env)
-        policy = lambda obs: self.model.predict(obs, deterministic=True)[0]  # noqa: E731
         results = run_episodes(
-            policy, self.task, self.cfg, eval_seeds(self.cfg),
+            TrainedPolicy(self.model), self.task, self.cfg, eval_seeds(self.cfg),
             judge=blend.judge if blend is not None else None,
             record_dir=self.out_dir / f"step_{self.num_timesteps:09d}", n_record=self.cfg.eval.record,
             run=self.run, env_steps=self.num_timesteps,
@@ -199,4 +198,4 @@ def load_policy(run_dir: Path):
             raise ConfigError(f"{run_dir}: no final_model.zip and no checkpoint")
         path = ckpt / "model.zip"
     model = load_algo(cfg.algo, path, None, cfg.device)
-    return cfg, load_task(cfg.task), (lambda obs: model.predict(obs, deterministic=True)[0])
+    return cfg, load_task(cfg.task), TrainedPolicy(model)
