@@ -19,35 +19,35 @@ class DescribeConfig:
     source: Literal["state", "pixels"] = opt("state", "what the judge's scene text is made from: simulator state, or rendered frames only")
     milestone_line: bool = opt(True, 'show "Milestones reached: i of n" to the judge')
     weights: str | None = opt(None, "pixels: a trained perception folder (null: the shipped robo_prm/models/perception)")
-    every: int = opt(0, "pixels: describe every n-th step and hold the description between (0: reward.judge_every)")
+    every: int = opt(0, min=0, help="pixels: describe every n-th step and hold the description between (0: reward.judge_every)")
 
 
 @dataclass
 class RecordConfig:
-    every_episodes: int = opt(50, "record every n-th training episode (0: never)")
-    frame_size: int = opt(224, "recorded frame width = height, pixels")
+    every_episodes: int = opt(50, min=0, help="record every n-th training episode (0: never)")
+    frame_size: int = opt(224, min=16, max=2048, help="recorded frame width = height, pixels")
     explain: bool = opt(True, "ask the judge for reasons on recorded episodes")
 
 
 @dataclass
 class EvalConfig:
-    every_steps: int = opt(2_500, "evaluate every n env steps (0: never during training)")
-    episodes: int = opt(10, "episodes per evaluation")
-    record: int = opt(1, "how many of the evaluation episodes to record")
+    every_steps: int = opt(2_500, min=0, help="evaluate every n env steps (0: never during training)")
+    episodes: int = opt(10, min=1, help="episodes per evaluation")
+    record: int = opt(1, min=0, help="how many of the evaluation episodes to record")
 
 
 @dataclass
 class TrainConfig:
     task: str = opt("reach_tool", "shipped task name or path to a task YAML")
     algo: Literal["sac", "ppo"] = opt("sac", "the SB3 algorithm")
-    steps: int = opt(10_000, "total env steps")
+    steps: int = opt(10_000, "total env steps", min=1)
     seed: int = opt(0, "seed of the envs (env k: seed + k) and the learner")
-    n_envs: int = opt(1, "parallel envs")
+    n_envs: int = opt(1, "parallel envs", min=1, max=256)
     device: str = opt("cpu", "torch device")
-    torch_threads: int = opt(1, "torch threads (1 whenever a judge or env workers share the cores)")
+    torch_threads: int = opt(1, min=1, help="torch threads (1 whenever a judge or env workers share the cores)")
     reward_source: Literal["blend", "env", "dense"] = opt("blend", "blend: the LLM reward; env and dense are the baselines")
-    checkpoint_every: int = opt(5_000, "save a checkpoint every n env steps")
-    keep_checkpoints: int = opt(2, "keep the newest k checkpoints (at least 1); only the newest keeps its replay buffer")
+    checkpoint_every: int = opt(5_000, min=0, help="save a checkpoint every n env steps")
+    keep_checkpoints: int = opt(2, min=1, help="keep the newest k checkpoints (at least 1); only the newest keeps its replay buffer")
     runs_dir: str = opt("runs", "folder that holds the run folders")
     run_name: str | None = opt(None, "run folder name (null: {task}__{algo}__{seed}__{time})")
     progress_bar: bool = opt(True, "show a progress bar")

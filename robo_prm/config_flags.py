@@ -27,13 +27,14 @@ T = TypeVar("T")
 
 
 def opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None,
-        positional: bool = False) -> Any:
+        positional: bool = False, min: float | None = None, gt: float | None = None, max: float | None = None) -> Any:
     """A dataclass field that carries its command-line help: ``steps: int = opt(10_000, "total env steps")``.
 
     A list or dict default is copied for every instance; `factory` builds the default instead
     (``judge: JudgeConfig = opt(factory=JudgeConfig)``). No default: a required flag. `positional`:
-    an argument without a flag name (a run folder, an episode folder)."""
-    meta = {"help": help, "positional": positional}
+    an argument without a flag name (a run folder, an episode folder). `min`, `gt`, `max`: bounds a
+    number must keep, checked wherever the config is read (YAML, flags)."""
+    meta = {"help": help, "positional": positional, "min": min, "gt": gt, "max": max}
     if factory is None and isinstance(default, (list, dict, set)):
         factory = lambda: copy.deepcopy(default)  # noqa: E731
     if factory is not None:
@@ -149,6 +150,8 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type, title: str | Non
             add_config_args(parser, tp, f"{path}: {text}" if text else path, default, path + ".")
             continue
         shown = "" if default is dataclasses.MISSING else f" (default: {flag_text(default)})"
+        shown += "".join(f"; {sign} {f.metadata[key]}" for key, sign in (("min", "≥"), ("gt", ">"), ("max", "≤"))
+                         if f.metadata.get(key) is not None)
         kw: dict[str, Any] = {"default": argparse.SUPPRESS, "help": (text + shown).strip().replace("%", "%%")}
         base, _ = _optional(tp)
         if typing.get_origin(base) is dict:

@@ -7,6 +7,7 @@ Every config in robo_prm (task files, train configs, command-line flags through
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import reprlib
 import types
@@ -162,6 +163,22 @@ def convert(value: Any, tp: Any, where: str = "") -> Any:
     return _convert(value, tp, where)
 
 
+def _in_range(value: Any, meta: Any, where: str) -> Any:
+    """The bounds a field declares in its metadata (`opt(..., min=1)`, `gt=0`, `max=…`), checked on numbers."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return value
+    lo, gt, hi = meta.get("min"), meta.get("gt"), meta.get("max")
+    if lo is not None and value < lo:
+        raise ConfigError(f"{where}: must be at least {lo}, got {value}")
+    if gt is not None and not value > gt:
+        raise ConfigError(f"{where}: must be greater than {gt}, got {value}")
+    if hi is not None and value > hi:
+        raise ConfigError(f"{where}: must be at most {hi}, got {value}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: must be a finite number, got {value}")
+    return value
+
+
 def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     """Build dataclass `cls` from a mapping; unknown or missing fields are errors.
 
@@ -181,7 +198,7 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     for name, f in fields.items():
         sub = f"{where}.{name}" if where else name
         if name in data:
-            kwargs[name] = _convert(data[name], hints[name], sub)
+            kwargs[name] = _in_range(_convert(data[name], hints[name], sub), f.metadata, sub)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{sub}: missing required field")
     try:

@@ -26,26 +26,26 @@ def method_stages() -> list[Stage]:
 class RewardConfig:
     schedule: Literal["staged", "linear", "constant"] = opt("staged", "how the stage weights change with env steps")
     stages: list[Stage] = opt(factory=method_stages, help="weights env, llm, explore from start_step on (YAML list); linear interpolates between stage starts")
-    safety_weight: float = opt(0.5, "× Σ severity of the hazards the judge reports")
+    safety_weight: float = opt(0.5, min=0.0, help="× Σ severity of the hazards the judge reports")
     progress: Literal["potential", "raw"] = opt("potential", "γΦ(s′) − Φ(s), or the method's raw score")
     # Why 1.0 and not the learner's γ: with γ < 1 every step spent at a high-progress scene costs
     # (1 − γ)Φ; normalised, that was −0.66 per held step near the hammer against 0 far from it, and
     # the one-off gain of approaching was clipped at +5 (README, The reward).
     gamma: float | None = opt(1.0, "γ of the potential shaping; 1.0: the progress delta (a held judgement adds 0); "
                                    "null: the learner's own discount (exact policy invariance)")
-    judge_every: int = opt(4, "judge every k-th step of an episode; hold the last judgement in between")
+    judge_every: int = opt(4, min=1, help="judge every k-th step of an episode; hold the last judgement in between")
     normalize: bool = opt(True, "running z-score of the progress term")
     center: bool | None = opt(None, "subtract the running mean (null: only for progress raw; see normalize.py)")
-    ema: float = opt(0.99, "decay of the normaliser's running mean and variance")
-    clip: float = opt(5.0, "|z| bound after normalisation")
+    ema: float = opt(0.99, help="decay of the normaliser's running mean and variance")
+    clip: float = opt(5.0, gt=0.0, help="|z| bound after normalisation")
     # Why count is ≤ 0: episodes end on success, so a positive per-step bonus pays the agent to put
     # success off (see novelty.py); the shifted form ranks scenes the same way.
     novelty: Literal["count", "count_bonus", "none"] = opt(
         "count", "exploration term: count = 1/sqrt(N) − 1 over described states (new scenes cost nothing, "
         "familiar ones up to 1); count_bonus = the plain 1/sqrt(N); none")
     cache: bool = opt(True, "reuse judgements of identical descriptions and near-identical features")
-    cache_radius: float = opt(0.05, "feature distance under which a cached judgement is reused")
-    cache_size: int = opt(50_000, "judgements kept in the cache")
+    cache_radius: float = opt(0.05, min=0.0, help="feature distance under which a cached judgement is reused")
+    cache_size: int = opt(50_000, min=0, help="judgements kept in the cache")
 
     def shaping_gamma(self, learner_gamma: float = 0.99) -> float:
         """γ of the potential shaping: `gamma`, or with `gamma: null` the learner's discount (SB3's
