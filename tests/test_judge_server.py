@@ -2,6 +2,7 @@
 serving the bundled SmolLM2 GGUF on 127.0.0.1), and against a dead port."""
 from __future__ import annotations
 
+import http.client
 import logging
 import socket
 import subprocess
@@ -138,6 +139,8 @@ def test_dead_server_falls_back_to_rules(caplog, monkeypatch):
     def no_network(*a, **k):
         raise AssertionError("a dead server is not asked again during its cooldown")
 
-    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    monkeypatch.setattr(http.client.HTTPConnection, "connect", no_network)
     assert all(j.fallback for j in judge.judge(task.text, SCENES))
-    assert judge.stats()["fallbacks"] == 4 and judge.stats()["errors"] == 2
+    st = judge.stats()
+    assert st["fallbacks"] == st["fallback_error"] == 4 and st["errors"] == 2 and st["outages"] == 1
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1  # one warning for the outage

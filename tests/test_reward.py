@@ -186,7 +186,7 @@ def test_a_failing_judge_falls_back_to_rules_and_is_counted():
     info = {"description": _scene("x", progress=0.8)}
     r = blend([0.0], [False], [info])
     assert np.isfinite(r).all() and info["judgement"].progress == pytest.approx(0.8)
-    assert blend.stats()["judge_errors"] == 1
+    assert blend.stats()["blend_judge_errors"] == 1 and blend.stats()["blend_judge_calls"] == 1
 
 
 def test_vec_env_wrapper_batches_all_envs_with_the_rules_judge():

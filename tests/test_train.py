@@ -26,8 +26,9 @@ def test_sac_trains_a_few_hundred_steps_with_the_real_default_judge(tmp_path):
     judge = summary["judge"]
     judged = judge["cache_hits_exact"] + judge["cache_hits_nn"] + judge["cache_misses"]
     assert judged >= 300 / cfg.reward.judge_every  # every 4th step, plus episode ends
-    assert judge["judge_calls"] >= 1 and judge["judge_calls"] == judge["cache_misses"]  # the LLM answers what the cache cannot
-    assert judge["judge_errors"] == 0 and judge["nan_rewards"] == 0
+    # the blend sends the judge what its cache cannot answer; the judge counts the same scenes (own keys, none overwritten)
+    assert judge["blend_judge_calls"] >= 1 and judge["blend_judge_calls"] == judge["cache_misses"] == judge["judge_calls"]
+    assert judge["blend_judge_errors"] == judge["judge_errors"] == judge["judge_outages"] == 0 and judge["nan_rewards"] == 0
     # the rate is the counted fallbacks over the judge's calls, and the LLM itself answered some of them
     assert judge["judge_fallback_rate"] == pytest.approx(judge["judge_fallbacks"] / judge["judge_calls"])
     assert judge["judge_fallbacks"] < judge["judge_calls"]

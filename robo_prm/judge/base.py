@@ -31,11 +31,20 @@ class Scored:
     progress: float | None = None  # set by text-vote backends (median of votes); None = E[digit] / 9
 
 
+class JudgeDeadline(TimeoutError):
+    """A backend ran out of its wall-clock budget. `answered` holds the answers it finished, for
+    the first scenes in order; `ConfidentJudge` keeps them and gives the rest the rules judgement."""
+
+    def __init__(self, message: str, answered: Sequence[Scored] = ()):
+        super().__init__(message)
+        self.answered = list(answered)
+
+
 class Backend(Protocol):
     name: str
 
     def score(self, task: TaskText, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
         """Raw answers, one per scene, with P(present) for each hazard named in `hazards`.
-        May raise: the caller falls back to rules."""
+        May raise (`JudgeDeadline` when out of time): the caller falls back to rules."""
 
     def close(self) -> None: ...

@@ -1,25 +1,28 @@
 """`ConfidentJudge`: the one place where a model's raw answer becomes a Judgement.
 
-Every backend goes through it: confidence below the threshold, a missing answer, or a
-backend exception → the rules judgement (Judgement.fallback=True), counted in `stats()`.
-Hazards are merged here as `hazards_from` says (llm / rules / union).
+Every backend goes through it: confidence below the threshold, a missing answer, a backend
+exception or a backend past its deadline (`JudgeDeadline`) → the rules judgement
+(Judgement.fallback=True), counted by cause in `stats()` (fallback_low_confidence,
+fallback_error, fallback_deadline). A failing backend logs one warning per outage (`OutageLog`).
+Hazards are merged here as `hazards_from` says (llm / rules / union); every backend's reason is
+cleaned here (`parse.clean_reason`).
 """
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 from robo_prm.judge.backends.rules import RulesJudge
-from robo_prm.judge.base import Backend, Scored
+from robo_prm.judge.base import Backend, JudgeDeadline, Scored
 from robo_prm.judge.config import JudgeConfig
-from robo_prm.judge.parse import tidy_reason
+from robo_prm.judge.outage import OutageLog
+from robo_prm.judge.parse import clean_reason
 from robo_prm.judge.scoring import summarize
 from robo_prm.types import HazardReport, Judgement, SceneDescription, TaskText
 
-log = logging.getLogger(__name__)
+CAUSES = ("error", "deadline", "low_confidence")  # why a scene got the rules judgement
 
 
 def hazards_to_ask(task: TaskText, mode: str) -> list[str]:
@@ -56,7 +59,9 @@ class ConfidentJudge:
         self.rules = RulesJudge()
         self.calibrator = calibrator
         self.name = backend.name if backend is not None else self.rules.name
-        self._calls = self._fallbacks = self._errors = self._hits = 0
+        self._calls = self._fallbacks = self._hits = 0
+        self._by_cause = dict.fromkeys(CAUSES, 0)
+        self.outage = OutageLog(self.name, getattr(backend, "where", None))
         self._answers: OrderedDict[tuple, Scored] = OrderedDict()  # (task key, scene text) → raw answer
         self._latency_ms = 0.0
 
@@ -71,15 +76,23 @@ class ConfidentJudge:
         mode = self.cfg.hazards_from
         asked = hazards_to_ask(task, mode)
         t0 = time.perf_counter()
-        scored = self._score_cached(task, scenes, asked, explain)
+        scored, cause = self._score_cached(task, scenes, asked, explain)
         per_scene_ms = (time.perf_counter() - t0) * 1e3 / len(scenes)
-        out = [self._one(task, s, r, mode) if s is not None else self._fallback(r, mode, per_scene_ms, None)
-               for s, r in zip(scored, rules)]
+        out = []
+        for s, r in zip(scored, rules):
+            if s is None:  # only when the backend call failed: `cause` says how
+                out.append(self._fallback(r, mode, per_scene_ms, None, cause or "error"))
+                self._by_cause[cause or "error"] += 1
+            else:
+                out.append(self._one(task, s, r, mode))
+                self._by_cause["low_confidence"] += out[-1].fallback
         self._count(out)
         return out
 
-    def _score_cached(self, task: TaskText, scenes: list[SceneDescription], asked: list[str], explain: bool) -> list[Scored | None]:
-        """The backend's raw answers, reusing earlier answers for the same (task, scene text).
+    def _score_cached(self, task: TaskText, scenes: list[SceneDescription], asked: list[str],
+                      explain: bool) -> tuple[list[Scored | None], str | None]:
+        """The backend's raw answers, reusing earlier answers for the same (task, scene text), and
+        the cause ("error", "deadline") when the backend call failed (its scenes are None then).
 
         A model sees only the task and the scene text, so equal text means an equal answer; the
         confidence test and the rules fallback still run per scene (rules read the exact state)."""
@@ -95,23 +108,27 @@ class ConfidentJudge:
             else:
                 todo.append(i)
         if not todo:
-            return out
+            return out, None
+        cause = None
         try:
             fresh = list(self.backend.score(task, [scenes[i] for i in todo], hazards=asked, explain=explain))
-            if len(fresh) != len(todo):
+            if len(fresh) != len(todo) or not all(isinstance(s, Scored) for s in fresh):
                 raise RuntimeError(f"backend returned {len(fresh)} answers for {len(todo)} scenes")
+        except JudgeDeadline as exc:  # keep what was finished in time; the rest get rules
+            fresh, cause = [s for s in exc.answered[:len(todo)] if isinstance(s, Scored)], "deadline"
+            self.outage.failed(exc, len(todo) - len(fresh))
         except Exception as exc:  # never stop training over the judge: rules answer instead
-            self._errors += 1
-            log.warning("judge backend %s failed (%s: %s); using the rules judgement for %d scene(s)",
-                        self.name, type(exc).__name__, exc, len(todo))
-            return out
+            fresh, cause = [], "error"
+            self.outage.failed(exc, len(todo))
+        else:
+            self.outage.ok()
         for i, s in zip(todo, fresh):
             out[i] = s
             if self.cfg.cache_size > 0:
                 self._answers[(key, scenes[i].text)] = s
                 if len(self._answers) > self.cfg.cache_size:
                     self._answers.popitem(last=False)
-        return out
+        return out, cause
 
     def _one(self, task: TaskText, s: Scored, rules: Judgement, mode: str) -> Judgement:
         if s.digits is None:
@@ -123,21 +140,22 @@ class ConfidentJudge:
         if self.calibrator is not None:
             progress = self.calibrator(progress)
         llm_hazards = tuple(HazardReport(n, task.severity(n), float(p)) for n, p in s.hazards.items())
-        reason = tidy_reason(s.reason)
+        reason = clean_reason(s.reason)
         if conf < self.cfg.confidence_threshold:
             return self._fallback(rules, mode, s.latency_ms, (conf, llm_hazards, reason))
         return Judgement(progress=progress, confidence=conf, hazards=merge_hazards(llm_hazards, rules.hazards, mode),
                          reason=reason, backend=self.name, latency_ms=s.latency_ms)
 
     def _fallback(self, rules: Judgement, mode: str, latency_ms: float,
-                  llm: tuple[float, tuple[HazardReport, ...], str | None] | None) -> Judgement:
+                  llm: tuple[float, tuple[HazardReport, ...], str | None] | None, cause: str = "low_confidence") -> Judgement:
         # The LLM's hazard answers stay usable when only its score was unsure; a failed
         # backend has none, so the simulator's hazards stand in even in "llm" mode.
         llm_hazards = llm[1] if llm is not None else None
         hazards = rules.hazards if llm_hazards is None else merge_hazards(llm_hazards, rules.hazards, mode)
         reason = rules.reason  # set only when explain=True
         if reason is not None:
-            why = f"LLM confidence {llm[0]:.2f}" if llm is not None else "LLM unavailable"
+            why = (f"LLM confidence {llm[0]:.2f}" if llm is not None
+                   else "LLM past its deadline" if cause == "deadline" else "LLM unavailable")
             reason = f"[{why}; rules fallback] {reason}"
             if llm is not None and llm[2]:
                 reason += f" LLM said: {llm[2]}"
@@ -150,11 +168,17 @@ class ConfidentJudge:
         self._latency_ms += sum(j.latency_ms for j in judgements)
 
     def stats(self) -> dict[str, float]:
-        """calls (scenes judged), fallbacks, errors (failed backend batches), mean latency_ms per scene."""
-        return {"calls": self._calls, "fallbacks": self._fallbacks, "errors": self._errors, "answer_cache_hits": self._hits,
+        """calls (scenes judged), fallbacks (scenes the rules answered) = fallback_error +
+        fallback_deadline + fallback_low_confidence, errors (failed backend calls, deadlines
+        included), outages (runs of failed calls; one warning each), answer_cache_hits,
+        fallback_rate, mean latency_ms per scene."""
+        return {"calls": self._calls, "fallbacks": self._fallbacks,
+                **{f"fallback_{c}": n for c, n in self._by_cause.items()},
+                "errors": self.outage.failures, "outages": self.outage.outages, "answer_cache_hits": self._hits,
                 "fallback_rate": self._fallbacks / self._calls if self._calls else 0.0,
                 "mean_latency_ms": self._latency_ms / self._calls if self._calls else 0.0}
 
     def close(self) -> None:
+        self.outage.close()
         if self.backend is not None:
             self.backend.close()

@@ -15,12 +15,19 @@ class OpenAIConfig:
     base_url: str = opt("http://127.0.0.1:8000/v1", "the server's OpenAI API root")
     model: str = opt("default", "the served model's name; llama.cpp's server accepts any")
     api_key_env: str = opt("OPENAI_API_KEY", "name of the env var holding the key (the key is never logged)")
-    timeout_s: float = opt(30.0, "seconds per request")
+    timeout_s: float = opt(30.0, "longest single wait on the socket (connect or one read); deadline_s bounds the whole request")
+    deadline_s: float = opt(30.0, "wall-clock limit of one request: connect, every read, retries and backoff; past it the "
+                                  "scenes not yet answered get the rules judgement and the server its cooldown")
+    call_deadline_s: float | None = opt(None, "wall-clock limit of one judge call (all requests for its scenes); "
+                                              "null: each request has deadline_s, no limit on their sum")
+    max_response_bytes: int = opt(1 << 20, "largest response body read; a bigger one is dropped (rules answer)")
     retries: int = opt(2, "extra tries after the first, per request")
     backoff_s: float = opt(0.5, "wait before a retry; doubles after every failed try")
-    cooldown_s: float = opt(30.0, "after a request failed all its tries, skip the server this long (rules answer)")
+    cooldown_s: float = opt(30.0, "after a failed call, skip the server this long (rules answer); doubles with each "
+                                  "further failed call of the same outage, up to 8x")
     chat_template: str | None = opt(None, "jinja file for the served model (null: ChatML, as SmolLM2 and Qwen use)")
     top_logprobs: int = opt(10, "top-k log-probabilities asked for; servers that give none are scored from text answers")
+
 
 @dataclass
 class TransformersConfig:

@@ -140,3 +140,14 @@ def tidy_reason(text: str | None) -> str | None:
         seen.add(key)
         kept.append(sentence)
     return " ".join(kept) or None
+
+
+def clean_reason(text: object) -> str | None:
+    """A backend's raw reason as one line: its first non-empty line, whitespace collapsed, loops
+    dropped (`tidy_reason`). `ConfidentJudge` applies it to every backend's answer; None stays None."""
+    if text is None:
+        return None
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    line = str(text).strip().split("\n")[0]
+    return tidy_reason(" ".join(line.split()))

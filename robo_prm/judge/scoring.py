@@ -40,18 +40,36 @@ def digit_probs(logits: np.ndarray, digit_ids: Sequence[int]) -> tuple[np.ndarra
     return p / mass, min(mass, 1.0)
 
 
+def normalised(digits: np.ndarray | None) -> np.ndarray | None:
+    """`digits` as a distribution over 0–9 (NaN and negatives dropped, scaled before summing so
+    huge values cannot overflow); None when nothing positive is left."""
+    if digits is None:
+        return None
+    p = np.clip(np.nan_to_num(np.asarray(digits, dtype=np.float64).ravel()[:10]), 0.0, None)
+    top = p.max(initial=0.0)
+    if not top > 0.0:
+        return None
+    p = p / top
+    return p / p.sum()
+
+
 def summarize(digits: np.ndarray, mass: float) -> tuple[float, float]:
     """(progress in [0, 1], confidence in [0, 1]) from a distribution over 0–9."""
-    p = np.clip(np.nan_to_num(np.asarray(digits, dtype=np.float64)), 0.0, None)
-    total = p.sum()
-    if total <= 0.0:
+    p = normalised(digits)
+    if p is None:
         return 0.0, 0.0
-    p = p / total
     progress = float(np.dot(p, np.arange(10)) / 9.0)
     median = int(np.searchsorted(np.cumsum(p), 0.5 - 1e-12))
     agree = float(p[max(median - 1, 0): median + 2].sum())
     conf = agree * float(np.clip(np.nan_to_num(mass), 0.0, 1.0))
     return float(np.clip(progress, 0.0, 1.0)), float(np.clip(conf, 0.0, 1.0))
+
+
+def expected_digit(digits: np.ndarray | None) -> int:
+    """The digit 0–9 nearest E[digit]: what "Score: <d>" says before a reason is generated (every
+    backend writes the reason after this one digit). 0 when there is no usable distribution."""
+    p = normalised(digits)
+    return 0 if p is None else int(np.clip(round(float(np.dot(p, np.arange(p.size)))), 0, 9))
 
 
 def yes_probability(logits: np.ndarray, yes_ids: Sequence[int], no_ids: Sequence[int]) -> float:

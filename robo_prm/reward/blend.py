@@ -130,7 +130,10 @@ class BlendedReward:
 
     # ---- logging and checkpoints ------------------------------------------------------
     def stats(self) -> dict[str, float]:
-        out = {"judge_calls": self.judge_calls, "judge_errors": self.judge_errors, "nan_rewards": self.nan_rewards}
+        """The blend's own counts (blend_judge_calls: scenes sent to the judge, i.e. cache misses;
+        blend_judge_errors: judge calls that raised; nan_rewards), cache_* from the judgement cache and
+        judge_* from the judge's stats(): three prefixes, so no count overwrites another."""
+        out = {"blend_judge_calls": self.judge_calls, "blend_judge_errors": self.judge_errors, "nan_rewards": self.nan_rewards}
         if self.cache is not None:
             out.update({f"cache_{k}": v for k, v in self.cache.stats().items()})
         judge_stats = getattr(self.judge, "stats", None)

@@ -63,7 +63,7 @@ class RewardLogger(BaseCallback):
             stats = blend.stats()
             for k, v in stats.items():
                 self.logger.record(f"judge/{k}", v)
-            calls = stats.get("judge_calls", 0)
+            calls = stats.get("blend_judge_calls", 0)  # scenes the cache could not answer
             self.logger.record("judge/calls_per_1k_steps", 1000.0 * calls / max(1, self.num_timesteps))
 
 

@@ -4,6 +4,10 @@ to fp32; needs `gguf`), optionally with a peft LoRA adapter merged in.
 All rows of a batch – one per scene for the score, one per (scene, hazard) question – go
 through one left-padded forward pass per `batch_size` rows, reading only the last
 position's logits. Uses the process's torch thread setting (training decides it).
+
+Bounds: no clock. A call's work is fixed by token counts: one forward pass per `batch_size` rows
+(a scene's score and each hazard asked are one row each, at most the prompt's tokens long), plus
+one `generate` of at most `reason_tokens` new tokens when `explain` is set; nothing waits on I/O.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import numpy as np
 from robo_prm.judge.base import Scored
 from robo_prm.judge.config import JudgeConfig
 from robo_prm.judge.prompt import build_prompt, chatml, scene_text
-from robo_prm.judge.scoring import digit_ids, digit_probs, yes_no_ids, yes_probability
+from robo_prm.judge.scoring import digit_ids, digit_probs, expected_digit, yes_no_ids, yes_probability
 from robo_prm.types import SceneDescription, TaskText
 
 
@@ -39,6 +43,7 @@ class TransformersBackend:
 
         self.cfg, self.torch = cfg, torch
         folder, gguf = _locate(cfg)
+        self.where = os.path.join(folder, gguf) if gguf else folder
         kw = {"gguf_file": gguf} if gguf else {}
         self.tok = AutoTokenizer.from_pretrained(folder, **kw)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kw)
@@ -120,17 +125,15 @@ class TransformersBackend:
         return out
 
     def _reasons(self, prompt, heads: list[list[int]], scored: list[Scored]) -> list[str]:
-        """Greedy reasons after 'Score: <expected digit>\\nReason:', one batched generate."""
-        rows = []
-        for h, s in zip(heads, scored):
-            d = int(round(float(np.dot(s.digits, np.arange(10)))))
-            rows.append(h + self.tokenize(prompt.reason_tails[d]))
+        """Greedy reasons after 'Score: <expected digit>\\nReason:', one batched generate (raw text;
+        ConfidentJudge cleans it)."""
+        rows = [h + self.tokenize(prompt.reason_tails[expected_digit(s.digits)]) for h, s in zip(heads, scored)]
         ids, mask, _ = self._batch(rows)
         with self.torch.inference_mode():
             gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=self.cfg.reason_tokens,
                                       do_sample=False, pad_token_id=self.pad_id)
         texts = self.tok.batch_decode(gen[:, ids.shape[1]:], skip_special_tokens=True)
-        return [" ".join(t.strip().split("\n")[0].split()) for t in texts]
+        return list(texts)
 
     def close(self) -> None:
         self.model = None

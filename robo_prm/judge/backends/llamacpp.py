@@ -9,6 +9,11 @@ Rewinding instead of `load_state()` on every scene saves copying the KV state ea
 and gives the same logits as evaluating the whole prompt (tested to 1e-4). Scene tokens
 the previous scene shared ("The gripper is …") and the scene itself between the score
 pass and the hazard questions are reused the same way (longest common token prefix).
+
+Bounds: no clock. A call's work is fixed by token counts: per scene one evaluation of at most
+`n_ctx` prompt tokens for the score and one per hazard asked, plus at most `reason_tokens` greedy
+steps when `explain` is set; nothing waits on I/O. (A deadline checked between scenes would make
+which scenes fall back depend on the machine's load, so rewards would differ run to run.)
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import numpy as np
 from robo_prm.judge.base import Scored
 from robo_prm.judge.config import JudgeConfig
 from robo_prm.judge.prompt import TaskPrompt, build_prompt, chatml, jinja_renderer, scene_text
-from robo_prm.judge.scoring import digit_ids, digit_probs, yes_no_ids, yes_probability
+from robo_prm.judge.scoring import digit_ids, digit_probs, expected_digit, yes_no_ids, yes_probability
 from robo_prm.types import SceneDescription, TaskText
 
 log = logging.getLogger(__name__)
@@ -90,6 +95,7 @@ class LlamaCppBackend:
 
         self.cfg = cfg
         self.model_path = cfg.model or bundled_model_path()
+        self.where = self.model_path
         # logits_all=False: only the last position's logits are computed, which is all we read.
         with extra_buffers(cfg.extra_buffers):
             self.llm = Llama(model_path=self.model_path, n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
@@ -170,8 +176,9 @@ class LlamaCppBackend:
         return out
 
     def _reason(self, tt: _TaskTokens, head: list[int], digits: np.ndarray) -> str:
-        """Greedy reason after 'Score: <expected digit>', up to reason_tokens or a newline."""
-        d = int(round(float(np.dot(digits, np.arange(10)))))
+        """Greedy reason after 'Score: <expected digit>', up to reason_tokens or a newline (raw text;
+        ConfidentJudge cleans it)."""
+        d = expected_digit(digits)
         if d not in tt.reason_tails:
             tt.reason_tails[d] = self.tokenize(tt.prompt.reason_tails[d])
         tokens = head + tt.reason_tails[d]
@@ -187,7 +194,7 @@ class LlamaCppBackend:
             pieces.append(tok)
             self.llm.eval([tok])
             logits = self._logits()
-        return " ".join(self.llm.detokenize(pieces).decode("utf-8", errors="ignore").split())
+        return self.llm.detokenize(pieces).decode("utf-8", errors="ignore")
 
     def _is_eog(self, tok: int) -> bool:
         import llama_cpp

@@ -11,28 +11,36 @@ same text the local backends see, ending at "Score:".
   parsed by `parse.py`; the vote histogram is the distribution and a hazard's probability
   is the share of votes naming it.
 
-Failures (refused connection, timeout, 5xx) are retried with exponential backoff, then
-raised to `ConfidentJudge`, which logs once and answers with rules. After a failure the
-server is skipped for `cooldown_s` so a dead server costs training no more waiting.
-The API key is read from the env var `openai.api_key_env` and never logged.
+Bounds: every request has `openai.deadline_s` of wall-clock time for connect, every read and
+all its retries and backoff (`transport.post` gives each socket read only the time left, so a
+server that drips bytes is cut off like a silent one); `openai.call_deadline_s`, when set, caps
+a whole `score` call (a batch of scenes). When a deadline passes, the answers already complete
+are kept and `JudgeDeadline` hands the other scenes to the rules. A response body over
+`openai.max_response_bytes` is dropped. Failures (refused connection, 5xx, garbage JSON, a cut
+connection) are retried with exponential backoff while the deadline allows, then raised to
+`ConfidentJudge`, which logs one warning per outage and answers with rules. After a failed call
+the server is skipped for `cooldown_s` (doubling with each further failed call of the same
+outage, at most 8x), so a dead or dripping server costs training one deadline per cooldown. (A
+call deadline that passes after some answers came back is a slow batch, not a dead server: no
+cooldown.) The API key is read from the env var `openai.api_key_env` and never logged.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
 import os
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Sequence
 
-from robo_prm.judge.base import Scored
+from robo_prm.judge.backends.transport import post
+from robo_prm.judge.base import JudgeDeadline, Scored
 from robo_prm.judge.config import JudgeConfig
 from robo_prm.judge.parse import match_hazards, parse_answer
 from robo_prm.judge.prompt import build_prompt, chatml, jinja_renderer, scene_text
-from robo_prm.judge.scoring import vote_histogram
+from robo_prm.judge.scoring import expected_digit, vote_histogram
 from robo_prm.types import SceneDescription, TaskText
 
 log = logging.getLogger(__name__)
@@ -41,65 +49,115 @@ class ServerUnavailable(RuntimeError):
     pass
 
 
+def _prob(logprob: object) -> float | None:
+    """exp(logprob) for a number a server sent; a log-probability above 0 is clipped, NaN and
+    non-numbers (or ints too big for a float) give None."""
+    if isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
+        return None
+    try:
+        return math.exp(min(float(logprob), 0.0)) if logprob == logprob else None
+    except OverflowError:
+        return None
+
+
+class ClientError(ValueError):
+    """A 4xx answer (other than 408/429): the request itself is wrong, retrying will not help."""
+
+
 class OpenAIBackend:
     name = "openai"
 
     def __init__(self, cfg: JudgeConfig):
         self.cfg, self.oc = cfg, cfg.openai
         self.url = self.oc.base_url.rstrip("/")
+        self.where = self.url  # named in ConfidentJudge's outage warning
         self.render = jinja_renderer(Path(self.oc.chat_template).read_text()) if self.oc.chat_template else chatml
         self.logprobs: bool | None = None  # unknown until the server answers once
         self._down_until = 0.0
+        self._down: Exception | None = None  # why the server is skipped until _down_until
+        self._failed_calls = 0  # failed calls in a row (the cooldown doubles with each)
+        self._call_end = math.inf  # time.monotonic() by which the current score() call must end
+        self._answered = 0  # requests answered in the current score() call
         self._prompts: dict[tuple, Any] = {}
 
     # ---- HTTP ----------------------------------------------------------------------
+    def _mark_down(self, exc: Exception) -> Exception:
+        self._failed_calls += 1
+        self._down = exc
+        self._down_until = time.monotonic() + self.oc.cooldown_s * min(2 ** (self._failed_calls - 1), 8)
+        return exc
+
     def _post(self, body: dict) -> dict:
-        if time.monotonic() < self._down_until:
-            raise ServerUnavailable(f"{self.url} failed recently; retrying after the cooldown")
+        if time.monotonic() < self._down_until:  # same cause as the failure that started the cooldown
+            cls = JudgeDeadline if isinstance(self._down, JudgeDeadline) else ServerUnavailable
+            raise cls(f"{self.url} skipped for {self._down_until - time.monotonic():.1f} s more after: {self._down}")
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.oc.api_key_env)
         if key:
             headers["Authorization"] = f"Bearer {key}"
         data = json.dumps({"model": self.oc.model, **body}).encode()
         delay, last = self.oc.backoff_s, ""
+        own_end = time.monotonic() + self.oc.deadline_s
+        deadline = min(own_end, self._call_end)
         for attempt in range(self.oc.retries + 1):
-            req = urllib.request.Request(f"{self.url}/completions", data=data, headers=headers, method="POST")
             try:
-                with urllib.request.urlopen(req, timeout=self.oc.timeout_s) as resp:
-                    return json.loads(resp.read().decode("utf-8", errors="replace"))
-            except urllib.error.HTTPError as exc:
-                text = exc.read().decode("utf-8", errors="replace")[:300]
-                if 400 <= exc.code < 500 and exc.code not in (408, 429):
-                    raise ValueError(f"{self.url}/completions: HTTP {exc.code}: {text}") from None
-                last = f"HTTP {exc.code}: {text}"
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError, json.JSONDecodeError) as exc:
-                last = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
-            if attempt < self.oc.retries:
-                time.sleep(delay)
-                delay *= 2
-        self._down_until = time.monotonic() + self.oc.cooldown_s
-        raise ServerUnavailable(f"{self.url}/completions: {last} (after {self.oc.retries + 1} tries)")
+                status, raw = post(f"{self.url}/completions", data, headers, deadline, self.oc.timeout_s,
+                                   self.oc.max_response_bytes)
+            except JudgeDeadline:
+                if own_end > self._call_end and self._answered:  # a slow batch: the server itself answers
+                    raise JudgeDeadline(f"{self.url}/completions: the {self.oc.call_deadline_s:g} s call deadline "
+                                        f"passed after {self._answered} answered request(s)") from None
+                raise self._mark_down(JudgeDeadline(
+                    f"{self.url}/completions: no complete answer within the {self.oc.deadline_s:g} s deadline")) from None
+            except (OSError, http.client.HTTPException) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                text = raw.decode("utf-8", errors="replace")
+                if 200 <= status < 300:
+                    try:
+                        out = json.loads(text)
+                    except (ValueError, RecursionError) as exc:
+                        last = f"bad JSON: {str(exc)[:200]}"
+                    else:
+                        if isinstance(out, dict):
+                            self._failed_calls = 0
+                            self._answered += 1
+                            return out
+                        last = f"bad JSON: {type(out).__name__}, not an object"
+                elif 400 <= status < 500 and status not in (408, 429):
+                    raise ClientError(f"{self.url}/completions: HTTP {status}: {text[:300]}")
+                else:
+                    last = f"HTTP {status}: {text[:300]}"
+            if attempt == self.oc.retries or time.monotonic() + delay >= deadline:
+                break  # no time for another try: the failure, not the deadline, is the cause
+            time.sleep(delay)
+            delay *= 2
+        raise self._mark_down(ServerUnavailable(f"{self.url}/completions: {last} (after {attempt + 1} tries)"))
 
     def _complete(self, prompt: str, max_tokens: int, logprobs: bool, temperature: float = 0.0, seed: int | None = None) -> dict:
         body: dict = {"prompt": prompt, "max_tokens": max_tokens, "temperature": temperature,
                       "seed": self.cfg.seed if seed is None else seed}
         if logprobs:
             body["logprobs"] = self.oc.top_logprobs
-        choices = self._post(body).get("choices") or [{}]
-        return choices[0] if isinstance(choices[0], dict) else {}
+        choices = self._post(body).get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise self._mark_down(ServerUnavailable(f"{self.url}/completions: no choices in the answer"))
+        return choices[0]
 
     @staticmethod
     def _top(choice: dict, skip_space: bool) -> dict[str, float] | None:
         """Top-k {token text: prob} at the answer position; past a lone whitespace token
         when the model writes the space separately (SmolLM2: " ", "7")."""
-        lp = choice.get("logprobs") or {}
-        tops, toks = lp.get("top_logprobs") or [], lp.get("tokens") or []
-        if not tops or not isinstance(tops[0], dict):
+        lp = choice.get("logprobs")
+        if not isinstance(lp, dict):
             return None
-        i = 1 if skip_space and len(tops) > 1 and toks and not str(toks[0]).strip() else 0
+        tops, toks = lp.get("top_logprobs"), lp.get("tokens")
+        if not isinstance(tops, list) or not tops or not isinstance(tops[0], dict):
+            return None
+        i = 1 if skip_space and len(tops) > 1 and isinstance(toks, list) and toks and not str(toks[0]).strip() else 0
         if not isinstance(tops[i], dict):
             return None
-        return {str(k): math.exp(v) for k, v in tops[i].items() if isinstance(v, (int, float)) and v == v}
+        return {str(k): p for k, p in ((k, _prob(v)) for k, v in tops[i].items()) if p is not None}
 
     # ---- scoring -------------------------------------------------------------------
     def _prompt(self, task: TaskText):
@@ -109,24 +167,30 @@ class OpenAIBackend:
         return self._prompts[key]
 
     def score(self, task: TaskText, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
-        import numpy as np
-
         prompt = self._prompt(task)
-        out = []
-        for scene in scenes:
-            t0 = time.perf_counter()
-            head = prompt.prefix + scene_text(scene)
-            s = None
-            if self.logprobs is not False:
-                s = self._score_logprobs(prompt, head, hazards)
-            if s is None:
-                s = self._score_votes(task, head + prompt.score_tail, hazards, explain)
-            elif explain:
-                d = int(round(float(np.dot(s.digits, np.arange(10))))) if s.digits is not None else 0
-                text = self._complete(head + prompt.reason_tails[d], self.cfg.reason_tokens, False).get("text", "")
-                s.reason = " ".join(str(text).strip().split("\n")[0].split()) or None
-            s.latency_ms = (time.perf_counter() - t0) * 1e3
-            out.append(s)
+        call_s = self.oc.call_deadline_s
+        self._call_end = time.monotonic() + call_s if call_s is not None and call_s > 0 else math.inf
+        self._answered = 0
+        out: list[Scored] = []
+        try:
+            for scene in scenes:
+                t0 = time.perf_counter()
+                head = prompt.prefix + scene_text(scene)
+                s = None
+                if self.logprobs is not False:
+                    s = self._score_logprobs(prompt, head, hazards)
+                if s is None:
+                    s = self._score_votes(task, head + prompt.score_tail, hazards, explain)
+                elif explain:  # the raw first line; ConfidentJudge cleans every backend's reason alike
+                    tail = prompt.reason_tails[expected_digit(s.digits)]
+                    s.reason = str(self._complete(head + tail, self.cfg.reason_tokens, False).get("text", ""))
+                s.latency_ms = (time.perf_counter() - t0) * 1e3
+                out.append(s)
+        except JudgeDeadline as exc:
+            exc.answered = out  # the scenes finished in time keep their answers
+            raise
+        finally:
+            self._call_end = math.inf
         return out
 
     def _score_logprobs(self, prompt, head: str, hazards: Sequence[str]) -> Scored | None:
@@ -134,7 +198,7 @@ class OpenAIBackend:
 
         try:
             top = self._top(self._complete(head + prompt.score_tail, 2, True), skip_space=True)
-        except ValueError as exc:  # a 4xx for the logprobs field: use text answers from now on
+        except ClientError as exc:  # a 4xx for the logprobs field: use text answers from now on
             log.info("%s rejected logprobs (%s); scoring from text answers", self.url, exc)
             top = None
         if top is None:
@@ -146,7 +210,7 @@ class OpenAIBackend:
         p = np.zeros(10)
         for tok, prob in top.items():
             t = tok.strip()
-            if len(t) == 1 and t.isdigit():
+            if len(t) == 1 and t in "0123456789":
                 p[int(t)] += prob
         mass = float(p.sum())
         digits = p / mass if mass > 0 else None
