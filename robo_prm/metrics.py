@@ -76,6 +76,20 @@ def ece(pred: Sequence[float], target: Sequence[float], bins: int = 10) -> float
     return float(err)
 
 
+def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
+    """Area under the ROC curve: the chance that a random positive scores above a random negative
+    (ties count half), via the Mann–Whitney U statistic; None without both classes. A hazard
+    probability can rank perfectly (AUROC 1.0) while its 0.5 threshold is useless: report both."""
+    s, y = np.asarray(scores, float), np.asarray(labels, bool)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return None
+    from scipy.stats import rankdata
+
+    ranks = rankdata(s)  # average ranks: ties count half
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
 def mae(pred: Sequence[float], target: Sequence[float]) -> float | None:
     """Mean absolute error; None for no items."""
     p, t = np.asarray(pred, float), np.asarray(target, float)

@@ -77,6 +77,16 @@ def test_ece_by_hand():
     assert math.isnan(ece([], []))
 
 
+def test_auroc_by_hand():
+    from robo_prm.metrics import auroc
+
+    assert auroc([0.9, 0.8, 0.1, 0.2], [1, 1, 0, 0]) == 1.0
+    assert auroc([0.1, 0.2, 0.9, 0.8], [1, 1, 0, 0]) == 0.0
+    # positives 0.6, 0.4 against negatives 0.5, 0.4: pairs won 1 + 0 + 0 + 0.5 (tie) of 4
+    assert auroc([0.6, 0.4, 0.5, 0.4], [1, 1, 0, 0]) == 0.375
+    assert auroc([0.5, 0.5], [1, 1]) is None and auroc([], []) is None
+
+
 def test_mae_and_accuracy():
     assert mae([0.0, 0.5, 1.0], [0.25, 0.5, 0.5]) == pytest.approx(0.25)
     assert mae([], []) is None
