@@ -82,8 +82,8 @@ def test_auroc_by_hand():
 
     assert auroc([0.9, 0.8, 0.1, 0.2], [1, 1, 0, 0]) == 1.0
     assert auroc([0.1, 0.2, 0.9, 0.8], [1, 1, 0, 0]) == 0.0
-    # positives 0.6, 0.4 against negatives 0.5, 0.4: pairs won 1 + 0 + 0 + 0.5 (tie) of 4
-    assert auroc([0.6, 0.4, 0.5, 0.4], [1, 1, 0, 0]) == 0.375
+    # positives 0.6, 0.4 against negatives 0.5, 0.4: 0.6 beats both (2), 0.4 loses to 0.5 (0), ties 0.4 (0.5): 2.5 of 4
+    assert auroc([0.6, 0.4, 0.5, 0.4], [1, 1, 0, 0]) == 0.625
     assert auroc([0.5, 0.5], [1, 1]) is None and auroc([], []) is None
 
 
