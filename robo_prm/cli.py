@@ -33,6 +33,8 @@ class TrainArgs:
     config: str | None = opt(None, "train config YAML, or a name under robo_prm/configs/train/; "
                                    "unset, configs/train/<task>.yaml is used when it fits --algo")
     resume: str | None = opt(None, "continue the run folder RESUME from its latest checkpoint (only --steps may change)")
+    trust_run: bool = opt(False, "with --resume: load SB3's pickled files (model.zip fields, replay buffer) of a run folder "
+                                 "this machine did not sign; loading a pickle can run code, so only for run folders you trust")
     replay: bool = opt(False, "after training write replay.mp4: a success, a hazard and a failure of the final policy, "
                               "with the judge's reasons")
 
@@ -103,7 +105,7 @@ def cmd_train(args, extra: list[str]) -> int:
             raise CliError("--resume continues a run with its saved config; only --steps may change")
         if not Path(opts.resume).is_dir():
             raise CliError(f"{opts.resume}: no such run directory")
-        run_dir = resume(Path(opts.resume), given.get("steps"))
+        run_dir = resume(Path(opts.resume), given.get("steps"), trust=opts.trust_run)
     else:
         cfg = train_config_from_args(args, extra)
         from robo_prm.envs.task import load_task

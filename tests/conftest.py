@@ -7,6 +7,16 @@ import pytest
 import robo_prm
 
 
+@pytest.fixture(autouse=True, scope="session")
+def run_key_dir(tmp_path_factory):
+    """Run folders are signed with a key (robo_prm/train/trust.py): tests make their own, never one in ~/.config."""
+    mp = pytest.MonkeyPatch()
+    folder = tmp_path_factory.mktemp("robo_prm_config")
+    mp.setenv("ROBO_PRM_CONFIG_DIR", str(folder))  # subprocesses inherit it
+    yield folder
+    mp.undo()
+
+
 @pytest.fixture
 def make_env():
     """`make_env(task, describe=True, **kwargs)`: robo_prm.make_env behind the describe stage

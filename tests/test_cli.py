@@ -40,11 +40,9 @@ def test_train_leaves_a_complete_run_directory(run_dir):
 
 
 def test_resume_continues_step_count_and_schedule(run_dir):
-    import pickle
-
-    before = pickle.loads((run_dir / "checkpoints" / "step_000000150" / "state.pkl").read_bytes())
+    before = json.loads((run_dir / "checkpoints" / "step_000000150" / "state.json").read_text())
     cli("train", "--resume", run_dir, "--steps", 250)
-    after = pickle.loads((run_dir / "checkpoints" / "step_000000250" / "state.pkl").read_bytes())
+    after = json.loads((run_dir / "checkpoints" / "step_000000250" / "state.json").read_text())
     assert after["num_timesteps"] == 250
     assert after["blend"]["total_steps"] == before["blend"]["total_steps"] + 100  # the schedule clock went on
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 250

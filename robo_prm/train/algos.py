@@ -1,12 +1,17 @@
 """SB3 algorithms with per-task defaults from configs/train, used unmodified."""
 from __future__ import annotations
 
+import io
+import pickle
+import zipfile
 from pathlib import Path
 
+import torch
 from stable_baselines3 import PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
 
 from robo_prm.config import TrainConfig
+from robo_prm.config_io import ConfigError
 
 ALGOS = {"sac": SAC, "ppo": PPO}
 DEFAULTS = {
@@ -15,10 +20,38 @@ DEFAULTS = {
 }
 
 
-def make_algo(cfg: TrainConfig, venv, log_dir: Path) -> BaseAlgorithm:
-    kwargs = {**DEFAULTS[cfg.algo], **(cfg.sac if cfg.algo == "sac" else cfg.ppo)}
-    return ALGOS[cfg.algo]("MlpPolicy", venv, seed=cfg.seed, device=cfg.device, tensorboard_log=str(log_dir), verbose=0, **kwargs)
+def algo_kwargs(cfg: TrainConfig) -> dict:
+    """The keywords SB3 gets: DEFAULTS[algo] under the config's `sac:` / `ppo:` section (one place)."""
+    return {**DEFAULTS[cfg.algo], **(cfg.sac if cfg.algo == "sac" else cfg.ppo)}
+
+
+def make_algo(cfg: TrainConfig, venv, log_dir: Path | None, **override) -> BaseAlgorithm:
+    kwargs = {**algo_kwargs(cfg), **override}
+    return ALGOS[cfg.algo]("MlpPolicy", venv, seed=cfg.seed, device=cfg.device, tensorboard_log=str(log_dir) if log_dir else None,
+                           verbose=0, **kwargs)
 
 
 def load_algo(algo: str, path: Path, venv=None, device: str = "cpu") -> BaseAlgorithm:
+    """SB3's own load: it unpickles the zip's `:serialized:` fields, so only for a trusted file (trust.py)."""
     return ALGOS[algo].load(str(path), env=venv, device=device)
+
+
+def load_weights(cfg: TrainConfig, env, path: Path) -> BaseAlgorithm:
+    """A fresh model built from `cfg` for `env`'s spaces, with the policy weights of the SB3 zip `path`.
+
+    Reads only the zip's policy.pth, with torch.load(weights_only=True): no pickle runs, so this is
+    safe on a run folder from anywhere. The zip's `:serialized:` fields are never looked at."""
+    model = make_algo(cfg, env, None, **({"buffer_size": 1} if cfg.algo == "sac" else {}))
+    try:
+        with zipfile.ZipFile(path) as archive:
+            raw = archive.read("policy.pth")
+        weights = torch.load(io.BytesIO(raw), map_location=cfg.device, weights_only=True)
+    except (OSError, zipfile.BadZipFile, KeyError, EOFError) as exc:
+        raise ConfigError(f"{path}: not a readable SB3 model ({str(exc).splitlines()[0]})") from None
+    except pickle.UnpicklingError:
+        raise ConfigError(f"{path}: policy.pth holds more than tensors; refusing to unpickle it") from None
+    try:
+        model.policy.load_state_dict(weights)
+    except (RuntimeError, TypeError, AttributeError):
+        raise ConfigError(f"{path}: policy.pth does not fit a {cfg.algo} MlpPolicy built from the run's config.yaml") from None
+    return model

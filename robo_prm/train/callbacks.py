@@ -1,23 +1,21 @@
-"""Training callbacks: TensorBoard metrics of every reward term, progress bar, atomic checkpoints."""
+"""Training callbacks: TensorBoard metrics of every reward term, progress bar (checkpoints: checkpoints.py)."""
 from __future__ import annotations
 
-import os
-import pickle
-import random
 import time
 from collections import defaultdict, deque
-from pathlib import Path
 
 import numpy as np
-import torch
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from robo_prm.train.envs import find_blend
+from robo_prm.train.rollouts import hazard_onsets
 
 
 class RewardLogger(BaseCallback):
-    """Logs mean reward terms and weights, judge/cache/fallback counters, success rate and hazard events."""
+    """Logs mean reward terms and weights, judge/cache/fallback counters, success rate and hazard events.
+
+    Written to TensorBoard every `every` steps and, through `flush(dump=True)`, when training ends,
+    so a run shorter than `every` has them too."""
 
     def __init__(self, every: int = 500):
         super().__init__()
@@ -26,31 +24,40 @@ class RewardLogger(BaseCallback):
         self.n = 0
         self.successes: deque[float] = deque(maxlen=50)
         self.hazard_events: deque[int] = deque(maxlen=50)
-        self._ep_hazards: dict[int, int] = defaultdict(int)
-        self._prev_hazards: dict[int, tuple | None] = defaultdict(lambda: None)
+        self._episodes: dict[int, list[tuple]] = {}  # env index → [hazards at reset, hazards after each step]
 
     @property
     def success_rate(self) -> float:
         return float(np.mean(self.successes)) if self.successes else 0.0
+
+    def _on_training_start(self):
+        self._episodes = {i: [self._reset_hazards(i)] for i in range(self.training_env.num_envs)}
+
+    def _reset_hazards(self, i: int) -> tuple:
+        """Hazards of env i's reset state: present from the start, so not the policy's doing."""
+        venv = self.training_env
+        while hasattr(venv, "venv"):  # the DummyVecEnv keeps each env's last reset info
+            venv = venv.venv
+        infos = getattr(venv, "reset_infos", None) or []
+        return tuple(infos[i].get("hazards", ())) if i < len(infos) else ()
 
     def _on_step(self) -> bool:
         for i, (info, done) in enumerate(zip(self.locals["infos"], self.locals["dones"])):
             for k, v in info.get("reward_terms", {}).items():
                 self.sums[k] += v
             self.n += 1
-            hazards = tuple(info.get("hazards", ()))
-            if self._prev_hazards[i] is not None:  # onsets, not durations; an episode's first step is its baseline
-                self._ep_hazards[i] += len(set(hazards) - set(self._prev_hazards[i]))
-            self._prev_hazards[i] = hazards
+            episode = self._episodes.setdefault(i, [self._reset_hazards(i)])
+            episode.append(tuple(info.get("hazards", ())))
             if done:
                 self.successes.append(float(info.get("is_success", False)))
-                self.hazard_events.append(self._ep_hazards[i])
-                self._ep_hazards[i], self._prev_hazards[i] = 0, None
+                self.hazard_events.append(hazard_onsets(episode[1:], episode[0]))
+                self._episodes[i] = [self._reset_hazards(i)]
         if self.num_timesteps % self.every < self.training_env.num_envs:
-            self.flush()
+            self.flush(dump=True)
         return True
 
-    def flush(self):
+    def flush(self, dump: bool = False):
+        """Record the means since the last flush (and write them to TensorBoard now with `dump`)."""
         for k, v in self.sums.items():
             self.logger.record(f"reward/{k}", v / max(1, self.n))
         self.sums.clear()
@@ -65,6 +72,8 @@ class RewardLogger(BaseCallback):
                 self.logger.record(f"judge/{k}", v)
             calls = stats.get("blend_judge_calls", 0)  # scenes the cache could not answer
             self.logger.record("judge/calls_per_1k_steps", 1000.0 * calls / max(1, self.num_timesteps))
+        if dump:
+            self.logger.dump(self.num_timesteps)
 
 
 class ProgressBar(BaseCallback):
@@ -94,56 +103,3 @@ class ProgressBar(BaseCallback):
     def _on_training_end(self):
         if self.bar is not None:
             self.bar.close()
-
-
-def save_checkpoint(model, ckpt_dir: Path, blend=None, extra: dict | None = None) -> Path:
-    """Write policy (+ replay buffer for SAC) + reward state + RNG state; `latest` flips atomically.
-
-    Each checkpoint is written into a fresh folder, then a `latest` file is replaced with
-    os.replace, so a crash mid-write never leaves `latest` pointing at half a checkpoint."""
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    name = f"step_{model.num_timesteps:09d}"
-    tmp = ckpt_dir / f".{name}.tmp"
-    tmp.mkdir(exist_ok=True)
-    model.save(tmp / "model.zip")
-    if isinstance(model, OffPolicyAlgorithm):
-        model.save_replay_buffer(tmp / "replay_buffer.pkl")
-    state = {
-        "num_timesteps": model.num_timesteps,
-        "blend": blend.state_dict() if blend is not None else None,
-        "rng": {"numpy": np.random.get_state(), "python": random.getstate(), "torch": torch.get_rng_state()},
-        **(extra or {}),
-    }
-    with open(tmp / "state.pkl", "wb") as f:
-        pickle.dump(state, f)
-    final = ckpt_dir / name
-    if final.exists():
-        import shutil
-
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    latest_tmp = ckpt_dir / ".latest.tmp"
-    latest_tmp.write_text(name)
-    os.replace(latest_tmp, ckpt_dir / "latest")
-    return final
-
-
-def latest_checkpoint(ckpt_dir: Path) -> Path | None:
-    marker = ckpt_dir / "latest"
-    if not marker.exists():
-        return None
-    path = ckpt_dir / marker.read_text().strip()
-    return path if (path / "model.zip").exists() else None
-
-
-class CheckpointEvery(BaseCallback):
-    def __init__(self, ckpt_dir: Path, every: int, extra_state=None):
-        super().__init__()
-        self.ckpt_dir, self.every, self.extra_state = ckpt_dir, every, extra_state
-        self._last = 0
-
-    def _on_step(self) -> bool:
-        if self.every > 0 and self.num_timesteps - self._last >= self.every:
-            self._last = self.num_timesteps
-            save_checkpoint(self.model, self.ckpt_dir, find_blend(self.training_env), self.extra_state() if self.extra_state else None)
-        return True

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import logging
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -43,11 +45,22 @@ def episode_meta(task: Task, run: str, algo: str, seed: int | None, env_steps: i
     )
 
 
+def next_episode_index(out_dir: Path) -> int:
+    """One past the highest ep_NNNN folder in out_dir (0 when there is none)."""
+    found = [int(m.group(1)) for p in Path(out_dir).glob("ep_*") if (m := re.fullmatch(r"ep_(\d+)", p.name))]
+    return max(found) + 1 if found else 0
+
+
 class EpisodeRecorder(BaseCallback):
+    """Records every `every`-th episode of env 0. A resumed run continues the counter past every folder
+    already there (episodes recorded after the checkpoint it resumes from included): nothing is overwritten."""
+
     def __init__(self, out_dir: Path, task: Task, every: int, run: str, algo: str, explain: bool = True, start_index: int = 0):
         super().__init__()
         self.out_dir, self.task, self.every, self.run, self.algo, self.explain = Path(out_dir), task, every, run, algo, explain
-        self.episode_index = start_index
+        for stale in self.out_dir.glob(".ep_*.tmp-*"):  # a killed writer's half episode
+            shutil.rmtree(stale, ignore_errors=True)
+        self.episode_index = max(start_index, next_episode_index(self.out_dir))
         self.writer: EpisodeWriter | None = None
 
     def _maybe_start(self):
@@ -56,7 +69,7 @@ class EpisodeRecorder(BaseCallback):
             return
         frame = self.training_env.env_method("render", indices=[0])[0]
         meta = episode_meta(self.task, self.run, self.algo, None, self.num_timesteps)
-        self.writer = EpisodeWriter(self.out_dir / f"ep_{self.episode_index:04d}", meta, overwrite=True)
+        self.writer = EpisodeWriter(self.out_dir / f"ep_{self.episode_index:04d}", meta)
         self.writer.add_frame(frame)
         self.training_env.env_method("set_capture", True, indices=[0])
         blend = find_blend(self.training_env)

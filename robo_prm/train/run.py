@@ -3,16 +3,20 @@
 Run directory layout (runs/{task}__{algo}__{seed}__{time}/):
     config.yaml        the resolved config (defaults ← YAML ← CLI)
     tb/                TensorBoard logs
-    checkpoints/       step_XXXXXXXXX/{model.zip, replay_buffer.pkl, state.pkl} + `latest`
+    checkpoints/       step_XXXXXXXXX/{model.zip, replay_buffer.pkl, state.json, MANIFEST.json} + `latest` (checkpoints.py)
     episodes/          recorded training episodes (ep_XXXX/, see docs/EPISODES.md)
     eval/              eval_history.json and recorded evaluation episodes
     final_model.zip
+
+Opening a run folder runs no code from it unless asked: resume unpickles SB3's files only from
+checkpoints this machine signed, or with `trust=True` (--trust_run); load_policy reads the policy
+weights alone, without pickle (trust.py, algos.load_weights).
 """
 from __future__ import annotations
 
 import json
 import logging
-import pickle
+import os
 import random
 import time
 from pathlib import Path
@@ -26,17 +30,21 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from robo_prm.config import TrainConfig, config_to_yaml, load_train_config
 from robo_prm.config_io import ConfigError, from_dict
 from robo_prm.envs.task import load_task
-from robo_prm.train.algos import DEFAULTS, load_algo, make_algo
-from robo_prm.train.callbacks import CheckpointEvery, ProgressBar, RewardLogger, latest_checkpoint, save_checkpoint
-from robo_prm.train.envs import find_blend, make_vec_env
+from robo_prm.train.algos import algo_kwargs, load_algo, load_weights, make_algo
+from robo_prm.train.callbacks import ProgressBar, RewardLogger
+from robo_prm.train.checkpoints import (MODEL, CheckpointEvery, clean_stale, latest_checkpoint, load_replay_buffer, read_state,
+                                        save_checkpoint, set_rng_state)
+from robo_prm.train.envs import find_blend, make_tidy_env, make_vec_env
 from robo_prm.train.recorder import EpisodeRecorder
 from robo_prm.train.rollouts import TrainedPolicy, run_episodes, summarize
+from robo_prm.train.trust import require_trust
 
 log = logging.getLogger(__name__)
 
 
 class EvalEvery(BaseCallback):
-    """Every `every` steps: deterministic episodes on fresh seeds; success and hazard events to TensorBoard."""
+    """At each multiple of `every` steps: deterministic episodes on fresh seeds; success and hazard
+    events to TensorBoard. A resumed run keeps the history up to its checkpoint."""
 
     def __init__(self, task, cfg: TrainConfig, out_dir: Path, run: str):
         super().__init__()
@@ -44,9 +52,17 @@ class EvalEvery(BaseCallback):
         self._last = 0
         self.history: list[dict] = []
 
+    def _on_training_start(self):
+        self._last = self.num_timesteps
+        try:
+            old = json.loads((self.out_dir / "eval_history.json").read_text())
+        except (OSError, ValueError):
+            old = []
+        self.history = [h for h in old if isinstance(h, dict) and h.get("env_steps", 1 << 62) <= self._last]
+
     def _on_step(self) -> bool:
         every = self.cfg.eval.every_steps
-        if every > 0 and self.num_timesteps - self._last >= every:
+        if every > 0 and self.num_timesteps // every > self._last // every:
             self._last = self.num_timesteps
             self.evaluate()
         return True
@@ -84,8 +100,7 @@ def _seed_everything(seed: int):
 
 def sync_gamma(cfg: TrainConfig) -> TrainConfig:
     """`reward.gamma: null` asks potential shaping to discount like the learner."""
-    algo_kwargs = {**DEFAULTS[cfg.algo], **(cfg.sac if cfg.algo == "sac" else cfg.ppo)}  # DEFAULTS set gamma
-    cfg.reward.gamma = cfg.reward.shaping_gamma(algo_kwargs["gamma"])
+    cfg.reward.gamma = cfg.reward.shaping_gamma(algo_kwargs(cfg)["gamma"])  # DEFAULTS set gamma
     return cfg
 
 
@@ -97,31 +112,49 @@ def _build(cfg: TrainConfig, run_dir: Path):
     return task, venv
 
 
-def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_episode: int = 0) -> Path:
-    stats = RewardLogger()
-    evaluator = EvalEvery(task, cfg, run_dir / "eval", run)
-    callbacks = [stats, CheckpointEvery(run_dir / "checkpoints", cfg.checkpoint_every), evaluator]
-    recorder = None
+def _callbacks(cfg: TrainConfig, task, run_dir: Path, run: str, start_episode: int) -> dict:
+    """The training callbacks by role; checkpoints carry the recorder's episode counter."""
+    cb = {"stats": RewardLogger(), "eval": EvalEvery(task, cfg, run_dir / "eval", run), "recorder": None}
     if cfg.record.every_episodes > 0:
-        recorder = EpisodeRecorder(run_dir / "episodes", task, cfg.record.every_episodes, run, cfg.algo, cfg.record.explain, start_episode)
-        callbacks.append(recorder)
+        cb["recorder"] = EpisodeRecorder(run_dir / "episodes", task, cfg.record.every_episodes, run, cfg.algo, cfg.record.explain,
+                                         start_episode)
+    recorder = cb["recorder"]
+    cb["extra"] = lambda: {"episode_index": recorder.episode_index if recorder else start_episode}  # noqa: E731
+    cb["ckpt"] = CheckpointEvery(run_dir / "checkpoints", cfg.checkpoint_every, cb["extra"], cfg.keep_checkpoints)
+    return cb
+
+
+def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_episode: int = 0) -> Path:
+    clean_stale(run_dir / "checkpoints")
+    cb = _callbacks(cfg, task, run_dir, run, start_episode)
+    stats, evaluator = cb["stats"], cb["eval"]
+    callbacks = [c for c in (stats, cb["ckpt"], evaluator, cb["recorder"]) if c is not None]
     if cfg.progress_bar:
         callbacks.append(ProgressBar(cfg.steps, stats))
     remaining = max(0, cfg.steps - model.num_timesteps)
     blend = find_blend(venv)
-    extra = lambda: {"episode_index": recorder.episode_index if recorder else 0}  # noqa: E731
     try:
         model.learn(total_timesteps=remaining, callback=CallbackList(callbacks), reset_num_timesteps=False, tb_log_name="tb")
     except KeyboardInterrupt:
-        path = save_checkpoint(model, run_dir / "checkpoints", blend, extra())
+        path = save_checkpoint(model, run_dir / "checkpoints", blend, cb["extra"](), cfg.keep_checkpoints)
         print(f"\ninterrupted at step {model.num_timesteps}: checkpoint saved to {path}; continue with: robo-prm train --resume {run_dir}")
         raise
-    save_checkpoint(model, run_dir / "checkpoints", blend, extra())
-    model.save(run_dir / "final_model.zip")
+    if remaining > 0 and cb["ckpt"].saved_at != model.num_timesteps:
+        save_checkpoint(model, run_dir / "checkpoints", blend, cb["extra"](), cfg.keep_checkpoints)
+    model.save(run_dir / ".final_model.zip.tmp")
+    os.replace(run_dir / ".final_model.zip.tmp", run_dir / "final_model.zip")  # whole or not at all
     evaluated_now = evaluator.history and evaluator.history[-1]["env_steps"] == model.num_timesteps
     if cfg.eval.episodes > 0 and not evaluated_now:
         evaluator.evaluate()
-    stats.flush()
+    stats.flush(dump=True)  # reward/judge scalars and the final evaluation reach TensorBoard at the last step
+    _write_summary(run_dir, run, model, stats, evaluator, blend)
+    venv.close()
+    if blend is not None and hasattr(blend.judge, "close"):
+        blend.judge.close()  # train made it; free the model before anything after training loads another
+    return run_dir
+
+
+def _write_summary(run_dir: Path, run: str, model, stats: RewardLogger, evaluator: EvalEvery, blend) -> None:
     import resource
 
     summary = {"run": run, "env_steps": model.num_timesteps, "train_success_rate_last50": stats.success_rate,
@@ -131,10 +164,6 @@ def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_e
     if blend is not None:
         summary["judge"] = blend.stats()
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
-    venv.close()
-    if blend is not None and hasattr(blend.judge, "close"):
-        blend.judge.close()  # train made it; free the model before anything after training loads another
-    return run_dir
 
 
 def train(cfg: TrainConfig) -> Path:
@@ -159,43 +188,52 @@ def load_run_config(run_dir: Path) -> TrainConfig:
         raise ConfigError(f"{path}: {exc}") from None
 
 
-def resume(run_dir: Path, steps: int | None = None) -> Path:
-    """Continue a run from its latest checkpoint: step count, replay buffer, reward schedule and normaliser."""
+def resume(run_dir: Path, steps: int | None = None, trust: bool = False) -> Path:
+    """Continue a run from its newest intact checkpoint: step count, replay buffer, reward schedule and
+    normaliser, RNG states, episode counter. SB3's pickles load only when this machine signed them or
+    `trust` is set (--trust_run)."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
     if steps is not None:
         cfg.steps = steps
+    clean_stale(run_dir / "checkpoints")
     ckpt = latest_checkpoint(run_dir / "checkpoints")
     if ckpt is None:
-        raise ConfigError(f"{run_dir}/checkpoints: no checkpoint to resume from")
+        raise ConfigError(f"{run_dir}/checkpoints: no intact checkpoint to resume from")
+    require_trust(ckpt, MODEL, trust)
+    state = read_state(ckpt, trust)
     task, venv = _build(cfg, run_dir)
-    model = load_algo(cfg.algo, ckpt / "model.zip", venv, cfg.device)
+    model = load_algo(cfg.algo, ckpt / MODEL, venv, cfg.device)
     model.tensorboard_log = str(run_dir)
-    if isinstance(model, OffPolicyAlgorithm) and (ckpt / "replay_buffer.pkl").exists():
-        model.load_replay_buffer(ckpt / "replay_buffer.pkl")
-    with open(ckpt / "state.pkl", "rb") as f:
-        state = pickle.load(f)
+    if isinstance(model, OffPolicyAlgorithm):
+        load_replay_buffer(model, ckpt, trust)
     blend = find_blend(venv)
     if blend is not None and state.get("blend"):
         blend.load_state_dict(state["blend"])
-    rng = state.get("rng", {})
-    if rng:
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
-        torch.set_rng_state(rng["torch"])
+    if state.get("rng"):
+        set_rng_state(state["rng"])
     (run_dir / "config.yaml").write_text(config_to_yaml(cfg))
-    return _learn(model, cfg, task, venv, run_dir, run_dir.name, state.get("episode_index", 0))
+    return _learn(model, cfg, task, venv, run_dir, run_dir.name, int(state.get("episode_index", 0)))
 
 
 def load_policy(run_dir: Path):
-    """(cfg, task, predict function) for a finished or checkpointed run."""
+    """(cfg, task, predict function) for a finished or checkpointed run.
+
+    Only the policy weights are read (algos.load_weights: no pickle), so any run folder can be
+    evaluated without trusting it."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
     path = run_dir / "final_model.zip"
     if not path.exists():
         ckpt = latest_checkpoint(run_dir / "checkpoints")
         if ckpt is None:
-            raise ConfigError(f"{run_dir}: no final_model.zip and no checkpoint")
-        path = ckpt / "model.zip"
-    model = load_algo(cfg.algo, path, None, cfg.device)
-    return cfg, load_task(cfg.task), TrainedPolicy(model)
+            raise ConfigError(f"{run_dir}: no final_model.zip and no intact checkpoint")
+        path = ckpt / MODEL
+    torch.set_num_threads(cfg.torch_threads)
+    task = load_task(cfg.task)
+    env = make_tidy_env(task, cfg, render=False)
+    try:
+        model = load_weights(cfg, env, path)
+    finally:
+        env.close()
+    return cfg, task, TrainedPolicy(model)
