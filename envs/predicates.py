@@ -7,8 +7,10 @@ loaded and then evaluated on a `SceneState` every step:
     edge_distance(hammer) < 0.05
     near(gripper, hammer, 0.04)
 
-Things are object words from the task's vocabulary (``hammer``, ``glass_cup`` for "glass cup"),
-sim names (``tool0``), ``gripper``, and places (``left_bin``, ``tray``, ``middle``).
+Things are object words from the task's vocabulary (``hammer``, ``glass_cup`` for "glass cup",
+``right_hand_bin`` or ``"right-hand bin"`` quoted), sim names (``tool0``), ``gripper``, and places
+(``left_bin``, ``tray``, ``middle``). An edge is ``front``, ``back``, ``left`` or ``right``, its sim name
+(``front_edge``) or the task's word for it (``lip``).
 Functions (argument kinds in brackets; distances in metres, speeds in m/s):
 
 | function                        | value | meaning                                                        |
@@ -19,13 +21,14 @@ Functions (argument kinds in brackets; distances in metres, speeds in m/s):
 | in_zone(obj, place)             | bool  | obj is on the table over the place's rectangle                  |
 | lifted(obj, h=0.02)             | bool  | obj is more than h above its resting height on the table        |
 | off_table(obj)                  | bool  | obj has fallen below the table top or off its edges             |
-| near_edge(obj, d=0.05)          | bool  | obj is on the table within d of any edge                        |
+| near_edge(obj, d=0.05, edge)    | bool  | obj is on the table within d of any edge (or of the named edge) |
 | upright(obj)                    | bool  | obj's axis points up (cos > 0.9)                                |
 | gripper_open()                  | bool  | fingers more than 3 cm apart                                    |
 | distance(a, b)                  | num   | distance between a and b                                        |
-| edge_distance(obj)              | num   | horizontal distance to the nearest table edge (<0: beyond it)   |
+| edge_distance(obj, edge)        | num   | horizontal distance to the nearest (or the named) table edge (<0: beyond it) |
 | speed(obj)                      | num   | linear speed                                                    |
 | height(obj)                     | num   | height above its resting height on the table                    |
+| moved(obj, d=0.02)              | bool  | obj's origin is more than d from where it was at reset          |
 
 Combine with ``and``, ``or``, ``not``, parentheses, comparisons ``< <= > >=`` and ``+ - *`` between numbers.
 """
@@ -33,12 +36,13 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from robo_prm.envs.scene import CONTAINERS, EDGES, OBJECT_REST_Z, OBJECTS, PLACES, TABLE_TOP_Z, TABLE_X, TABLE_Y
+from robo_prm.envs.scene import CONTAINERS, EDGE_SIMS, EDGES, OBJECT_REST_Z, OBJECTS, PLACES, TABLE_TOP_Z, TABLE_X, TABLE_Y
 from robo_prm.envs.state import SceneState
 
 
@@ -46,10 +50,12 @@ class PredicateError(ValueError):
     pass
 
 
-def edge_distance_xy(xy: np.ndarray) -> tuple[float, str]:
-    """Signed horizontal distance from xy to the nearest table edge, and that edge's name."""
+def edge_distance_xy(xy: np.ndarray, edge: str | None = None) -> tuple[float, str]:
+    """Signed horizontal distance from xy to the nearest table edge (or to `edge`), and that edge's name."""
     best = (np.inf, "front")
     for name, (axis, coord, sign) in EDGES.items():
+        if edge is not None and name != edge:
+            continue
         d = (coord - xy[axis]) * sign
         if d < best[0]:
             best = (float(d), name)
@@ -83,12 +89,17 @@ def _inside(s: SceneState, obj: str, container: str) -> bool:
     return bool(place.contains_xy(p[:2]) and low_enough)
 
 
+def _moved(s: SceneState, obj: str, d: float) -> bool:
+    start = s.start_pos.get(obj)
+    return start is not None and float(np.linalg.norm(s.objects[obj].pos - start)) > d
+
+
 def _off_table(s: SceneState, obj: str) -> bool:
     return bool(s.objects[obj].pos[2] < TABLE_TOP_Z - 0.03 or (not _on_table(s, obj) and s.objects[obj].pos[2] < TABLE_TOP_Z + 0.05))
 
 
 # name → (argument kinds, optional defaults for trailing args, value kind, implementation)
-# Argument kinds: obj (a movable object), thing (object, gripper or place), container, place, num.
+# Argument kinds: obj (a movable object), thing (object, gripper or place), container, place, edge, num.
 FUNCTIONS: dict[str, tuple[tuple[str, ...], tuple, str, Callable]] = {
     "near": (("thing", "thing", "num"), (0.05,), "bool", lambda s, a, b, d: _distance(s, a, b) < d),
     "grasped": (("obj",), (), "bool", lambda s, a: s.objects[a].fingers_touching >= 2),
@@ -96,13 +107,15 @@ FUNCTIONS: dict[str, tuple[tuple[str, ...], tuple, str, Callable]] = {
     "in_zone": (("obj", "place"), (), "bool", lambda s, a, z: PLACES[z].contains_xy(s.objects[a].pos[:2]) and _on_table(s, a)),
     "lifted": (("obj", "num"), (0.02,), "bool", lambda s, a, h: _rest_height(s, a) > h),
     "off_table": (("obj",), (), "bool", _off_table),
-    "near_edge": (("obj", "num"), (0.05,), "bool", lambda s, a, d: _on_table(s, a) and edge_distance_xy(s.objects[a].pos[:2])[0] < d),
+    "near_edge": (("obj", "num", "edge"), (0.05, None), "bool",
+                  lambda s, a, d, e: _on_table(s, a) and edge_distance_xy(s.objects[a].pos[:2], e)[0] < d),
     "upright": (("obj",), (), "bool", lambda s, a: bool(s.objects[a].up[2] > 0.9)),
     "gripper_open": ((), (), "bool", lambda s: s.gripper_width > 0.03),
     "distance": (("thing", "thing"), (), "num", _distance),
-    "edge_distance": (("obj",), (), "num", lambda s, a: edge_distance_xy(s.objects[a].pos[:2])[0]),
+    "edge_distance": (("obj", "edge"), (None,), "num", lambda s, a, e: edge_distance_xy(s.objects[a].pos[:2], e)[0]),
     "speed": (("obj",), (), "num", lambda s, a: float(np.linalg.norm(s.objects[a].vel))),
     "height": (("obj",), (), "num", _rest_height),
+    "moved": (("obj", "num"), (0.02,), "bool", _moved),
 }
 
 _ARITH = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply}
@@ -117,6 +130,7 @@ class Predicate:
     kind: str  # "bool" or "num"
     fn: Callable[[SceneState], object]
     objects: tuple[str, ...]  # sim names of the movable objects it mentions
+    moved: tuple[str, ...] = ()  # sim names of the objects it asks `moved` about
 
     def __call__(self, state: SceneState):
         value = self.fn(state)
@@ -125,6 +139,12 @@ class Predicate:
 
 def word_key(word: str) -> str:
     return "_".join(word.lower().split())
+
+
+def ident_key(word: str) -> str:
+    """The word as a bare name: every run of characters other than letters and digits → '_'
+    ("right-hand bin" → right_hand_bin)."""
+    return re.sub(r"[^0-9a-z]+", "_", word.lower()).strip("_")
 
 
 MAX_SOURCE_CHARS = 500  # a task's longest shipped predicate is ~90 characters
@@ -152,7 +172,10 @@ def compile_predicate(source: str, names: dict[str, str], want: str = "bool") ->
     fn, kind = _compile(tree, names, mentioned)
     if kind != want:
         raise PredicateError(f"'{source}' gives a {kind_word(kind)}, expected a {kind_word(want)}")
-    return Predicate(source=source.strip(), kind=kind, fn=fn, objects=tuple(dict.fromkeys(mentioned)))
+    moved = [_resolve(node.args[0], "obj", names, []) for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "moved"]
+    return Predicate(source=source.strip(), kind=kind, fn=fn, objects=tuple(dict.fromkeys(mentioned)),
+                     moved=tuple(dict.fromkeys(moved)))
 
 
 def _depth(tree: ast.AST) -> int:
@@ -186,10 +209,14 @@ def _resolve(node: ast.AST, arg_kind: str, names: dict[str, str], mentioned: lis
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
             return -_finite(node.operand.value)
         raise PredicateError(f"expected a number, got '{ast.unparse(node)}'")
-    if not isinstance(node, ast.Name):
-        raise PredicateError(f"expected a name, got '{ast.unparse(node)}'")
-    word = node.id
-    sim = names.get(word.lower())
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a quoted word: "right-hand bin"
+        word = node.value
+        sim = names.get(word_key(word)) or names.get(ident_key(word))
+    elif isinstance(node, ast.Name):
+        word = node.id
+        sim = names.get(word.lower())
+    else:
+        raise PredicateError(f"expected a name, got '{ast.unparse(node)}' (quote a word with spaces or hyphens)")
     if sim is None:
         known = ", ".join(sorted(names))
         raise PredicateError(f"unknown object '{word}' (known here: {known})")
@@ -198,15 +225,17 @@ def _resolve(node: ast.AST, arg_kind: str, names: dict[str, str], mentioned: lis
         "thing": sim in OBJECTS or sim == "gripper" or sim in PLACES,
         "container": sim in CONTAINERS,
         "place": sim in PLACES,
+        "edge": sim in EDGE_SIMS,
     }[arg_kind]
     if not ok:
         raise PredicateError(f"'{word}' cannot be used where {_KIND_WORDS[arg_kind]} is expected")
     if sim in OBJECTS:
         mentioned.append(sim)
-    return sim
+    return EDGE_SIMS.get(sim, sim)
 
 
-_KIND_WORDS = {"obj": "a movable object", "thing": "an object, the gripper or a place", "container": "a bin or tray", "place": "a place"}
+_KIND_WORDS = {"obj": "a movable object", "thing": "an object, the gripper or a place", "container": "a bin or tray", "place": "a place",
+               "edge": "a table edge (front, back, left, right)"}
 
 
 def _compile(node: ast.AST, names: dict[str, str], mentioned: list[str]) -> tuple[Callable, str]:

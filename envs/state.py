@@ -17,7 +17,8 @@ __all__ = ["ObjectState", "SceneState", "snapshot"]
 _FINGERS = ("robot0:l_gripper_finger_link", "robot0:r_gripper_finger_link")
 
 
-def snapshot(model: mujoco.MjModel, data: mujoco.MjData) -> SceneState:
+def snapshot(model: mujoco.MjModel, data: mujoco.MjData, start_pos: dict[str, np.ndarray] | None = None) -> SceneState:
+    """The state now; `start_pos`: each object's origin at reset (what `moved` measures from)."""
     finger_ids = {model.body(n).id for n in _FINGERS}
     body_of = model.geom_bodyid
     touching: dict[int, set[int]] = {}
@@ -45,4 +46,4 @@ def snapshot(model: mujoco.MjModel, data: mujoco.MjData) -> SceneState:
     mujoco.mj_objectVelocity(model, data, mujoco.mjtObj.mjOBJ_SITE, site, vel6, 0)
     width = float(data.joint("robot0:l_gripper_finger_joint").qpos[0] + data.joint("robot0:r_gripper_finger_joint").qpos[0])
     return SceneState(gripper_pos=data.site_xpos[site].copy(), gripper_vel=vel6[3:].copy(), gripper_width=width,
-                      objects=objects)
+                      objects=objects, start_pos=dict(start_pos or {}))

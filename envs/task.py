@@ -4,12 +4,15 @@ A task is one YAML file (see docs/TASKS.md). Two parts:
 
 * text for the judge — ``name``, ``background`` (at most 3 sentences), ``goal``,
   ``dimensions`` (what to evaluate), ``hazards`` (each: ``name``, ``text``, ``severity``);
-* what the simulator checks — ``objects`` (sim name → words), ``success`` (a predicate;
-  it is the environment reward), optional ordered ``milestones``, optional hazard ``check``
-  predicates, optional ``dense_reward`` terms, ``start`` zones and ``max_steps``.
+* what the simulator checks — ``objects`` (sim name → words; the table and its edges may be renamed
+  too), ``success`` (a predicate; it is the environment reward), optional ordered ``milestones``,
+  optional hazard ``check`` predicates, optional ``dense_reward`` terms, ``start`` zones and ``max_steps``;
+* optionally a scripted plan, ``expert:`` (steps ``reach OBJECT``, ``move OBJECT to PLACE``,
+  ``push OBJECT to PLACE``; see `robo_prm.envs.plan`), and, in generated files, ``family`` and ``split``.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,8 +20,10 @@ from importlib import resources
 from pathlib import Path
 
 from robo_prm.config_io import ConfigError, load_dataclass
-from robo_prm.envs.predicates import FUNCTIONS, Predicate, PredicateError, compile_predicate, word_key
-from robo_prm.envs.scene import CONTAINERS, OBJECTS, PLACES, SCENE_FAMILIES, START_ZONES
+from robo_prm.envs.plan import PlanError, PlanStep, parse_plan
+from robo_prm.envs.predicates import FUNCTIONS, Predicate, PredicateError, compile_predicate, ident_key, word_key
+from robo_prm.envs.scene import (CONTAINERS, EDGE_SIMS, OBJECTS, PLACES, SCENE_FAMILIES, START_ZONES, TABLE_PARTS,
+                                 footprint_overlap, footprint_spill, rects_overlap, zone_rect)
 from robo_prm.types import HazardText, SceneState, TaskStatus, TaskText
 
 
@@ -58,8 +63,13 @@ class TaskSpec:
     start: dict[str, str] = field(default_factory=dict)
     max_steps: int = 50
     scene: str = "tidy_table"
+    expert: list[str] | None = None  # scripted plan, steps in order: "reach hammer", "move hammer to middle"
+    family: str | None = None  # generated tasks: the structure family they were made from
+    split: str | None = None  # generated tasks: one of SPLITS
 
 
+SPLITS = ("train", "heldout_structure", "heldout_phrasing", "heldout_both")
+START_OVERLAP_TOLERANCE = 0.01  # a zone's extreme corner at the extreme yaw may graze a wall by this much (anywhere: 6 mm)
 MAX_EPISODE_STEPS = 10_000  # 50–300 in the shipped tasks; a bound keeps a typo from making endless episodes
 
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
@@ -94,6 +104,7 @@ class Task:
             (self._compile(t.expr, f"dense_reward[{i}].expr", want="num"), t.weight) for i, t in enumerate(spec.dense_reward)
         ]
         self._validate_start()
+        self.plan = self._plan()
 
     # ---- validation -------------------------------------------------------------
     def _fail(self, where: str, msg: str):
@@ -116,6 +127,8 @@ class Task:
             self._fail("max_steps", f"must be in 1..{MAX_EPISODE_STEPS}, got {s.max_steps}")
         if not re.fullmatch(r"[A-Za-z0-9_\-]+", s.name):
             self._fail("name", f"use letters, digits, '_' or '-' only, got '{s.name}'")
+        if s.split is not None and s.split not in SPLITS:
+            self._fail("split", f"unknown split '{s.split}' (known: {', '.join(SPLITS)})")
         seen: set[str] = set()
         for i, h in enumerate(s.hazards):
             if not 0.0 <= h.severity <= 1.0:
@@ -126,10 +139,10 @@ class Task:
 
     def _vocabulary(self) -> dict[str, str]:
         words: dict[str, str] = {}
-        reserved = {"gripper", *OBJECTS, *PLACES, *FUNCTIONS}
+        reserved = {"gripper", *OBJECTS, *PLACES, *FUNCTIONS, *TABLE_PARTS, *EDGE_SIMS.values()}
         for sim, word in self.spec.objects.items():
-            if sim not in OBJECTS and sim not in PLACES:
-                known = ", ".join(OBJECTS + tuple(PLACES))
+            if sim not in OBJECTS and sim not in PLACES and sim not in TABLE_PARTS:
+                known = ", ".join(OBJECTS + tuple(PLACES) + TABLE_PARTS)
                 self._fail(f"objects.{sim}", f"unknown object '{sim}' (scene objects: {known})")
             word = str(word).strip()
             if not word:
@@ -137,9 +150,9 @@ class Task:
             if len(word) > 40:
                 self._fail(f"objects.{sim}", f"a word of at most 40 characters, got {len(word)}")
             key = word_key(word)
-            if key in reserved and key != sim:
-                self._fail(f"objects.{sim}", f"'{word}' is a reserved word (the gripper, a sim name, a place or a predicate)")
-            twin = next((other for other, w in words.items() if word_key(w) == key), None)
+            if (key in reserved or ident_key(word) in reserved) and sim not in (key, ident_key(word)):
+                self._fail(f"objects.{sim}", f"'{word}' is a reserved word (the gripper, a sim name, a place, an edge or a predicate)")
+            twin = next((other for other, w in words.items() if word_key(w) == key or ident_key(w) == ident_key(word)), None)
             if twin is not None:
                 self._fail(f"objects.{sim}", f"'{word}' already names {twin}: each object needs its own word")
             words[sim] = word
@@ -151,8 +164,11 @@ class Task:
         names = {"gripper": "gripper"}
         for place in PLACES:
             names[place] = place
+        for edge, direction in EDGE_SIMS.items():
+            names[edge] = names[direction] = edge
         for sim, word in self.words.items():
             names[sim] = sim
+            names[ident_key(word)] = sim  # right-hand bin → right_hand_bin; quoted, "right-hand bin"
             names[word_key(word)] = sim
         return names
 
@@ -172,6 +188,30 @@ class Task:
                 self._fail(f"start.{sim}", f"'{sim}' is not a movable object of this task")
             if zone not in START_ZONES and zone not in CONTAINERS:
                 self._fail(f"start.{sim}", f"unknown zone '{zone}' (known: {', '.join(list(START_ZONES) + list(CONTAINERS))})")
+        zones = {sim: self.spec.start.get(sim, "anywhere") for sim in self.movable}
+        for sim, zone in zones.items():
+            spill = footprint_spill(sim, zone) if zone in CONTAINERS else 0.0
+            if spill > START_OVERLAP_TOLERANCE:
+                self._fail(f"start.{sim}", f"the {self.word(sim)} does not fit in the {self.word(zone)} ({zone}): it could "
+                                           f"start {100 * spill:.0f} cm inside its wall")
+            for c in CONTAINERS:
+                depth = footprint_overlap(sim, zone, c) if c != zone else 0.0
+                if depth > START_OVERLAP_TOLERANCE:
+                    self._fail(f"start.{sim}", f"zone '{zone}' overlaps the {self.word(c)} ({c}): the {self.word(sim)} "
+                                               f"could start {100 * depth:.0f} cm inside its wall")
+        for a, b in itertools.combinations(zones, 2):
+            za, zb = zones[a], zones[b]
+            if (za != zb or za in CONTAINERS) and rects_overlap(zone_rect(za), zone_rect(zb)):
+                self._fail(f"start.{b}", f"zone '{zb}' overlaps zone '{za}' of {self.word(a)} ({a}): give both objects "
+                                         f"one table zone (drawn at least 9 cm apart) or zones that do not overlap")
+
+    def _plan(self) -> list[PlanStep] | None:
+        if self.spec.expert is None:
+            return None
+        try:
+            return parse_plan(self.spec.expert, self.names, set(self.movable))
+        except PlanError as exc:
+            self._fail(exc.where, str(exc))
 
     # ---- what the env and judges use --------------------------------------------
     @property
@@ -188,6 +228,13 @@ class Task:
     @cached_property
     def movable(self) -> tuple[str, ...]:
         return tuple(sim for sim in OBJECTS if sim in self.words)
+
+    @cached_property
+    def moved_objects(self) -> tuple[str, ...]:
+        """Objects some check of this task asks `moved` about: the describer says how far they have moved."""
+        checks = [self.success_check, self.success_distance, *self.milestone_checks, *self.milestone_distances,
+                  *self.hazard_checks.values(), *(f for f, _ in self.dense_terms)]
+        return tuple(sim for sim in OBJECTS if any(sim in c.moved for c in checks if c is not None))
 
     def word(self, sim: str) -> str:
         return self.words.get(sim, sim.replace("_", " "))

@@ -12,11 +12,13 @@ from gymnasium.utils import EzPickle
 from gymnasium_robotics.envs.fetch.fetch_env import MujocoFetchEnv
 
 from robo_prm.envs.scene import (
+    CONTAINER_START,
     CONTAINERS,
     OBJECT_REST_Z,
     OBJECTS,
     PARKED_XY,
     PLACES,
+    START_YAW,
     START_ZONES,
     TABLE_TOP_Z,
     scene_xml_path,
@@ -90,6 +92,7 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
         self.reward_mode = reward_mode
         self._steps = 0
         self._state: SceneState | None = None
+        self._start_pos: dict[str, np.ndarray] = {}  # each object's origin at reset: `moved` measures from here
         MujocoFetchEnv.__init__(
             self,
             model_path=scene_xml_path(self.task.spec.scene),
@@ -170,9 +173,10 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
             zone = self.task.spec.start.get(name, "anywhere")
             xy, on_z = self._sample_xy(zone, placed)
             placed.append(xy)
-            yaw = self.np_random.uniform(-0.15, 0.15)
+            yaw = self.np_random.uniform(-START_YAW, START_YAW)
             self._set_pose(name, np.array([*xy, on_z + OBJECT_REST_Z[name]]), yaw)
         mujoco.mj_forward(self.model, self.data)
+        self._start_pos = {name: self.data.body(name).xpos.copy() for name in OBJECTS}
         return True
 
     # ---- helpers ------------------------------------------------------------------
@@ -193,7 +197,7 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
     def _sample_xy(self, zone: str, placed: list[np.ndarray]) -> tuple[np.ndarray, float]:
         if zone in CONTAINERS:
             c = np.asarray(PLACES[zone].center)
-            return c + self.np_random.uniform(-0.02, 0.02, size=2), TABLE_TOP_Z + 0.006
+            return c + self.np_random.uniform(-CONTAINER_START, CONTAINER_START, size=2), TABLE_TOP_Z + 0.006
         (x0, x1), (y0, y1) = START_ZONES[zone]
         for _ in range(100):
             xy = np.array([self.np_random.uniform(x0, x1), self.np_random.uniform(y0, y1)])
@@ -207,14 +211,17 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
         self.data.qpos[adr + 3 : adr + 7] = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
         self.data.qvel[vadr : vadr + 6] = 0.0
 
-    def place(self, name: str, pos, yaw: float = 0.0) -> SceneState:
-        """Put object `name` (sim name) at `pos` at rest; for tests and hand-made scenes."""
+    def place(self, name: str, pos, yaw: float = 0.0, as_start: bool = False) -> SceneState:
+        """Put object `name` (sim name) at `pos` at rest; for tests and hand-made scenes. The pose it had at
+        reset stays what `moved` measures from, unless `as_start` makes `pos` that pose."""
         self._set_pose(name, np.asarray(pos, dtype=np.float64), yaw)
         mujoco.mj_forward(self.model, self.data)
+        if as_start:
+            self._start_pos[name] = self.data.body(name).xpos.copy()
         return self._snapshot()
 
     def _snapshot(self) -> SceneState:
-        self._state = snapshot(self.model, self.data)
+        self._state = snapshot(self.model, self.data, self._start_pos)
         return self._state
 
     @property

@@ -31,6 +31,7 @@ class SceneState:
     gripper_vel: np.ndarray  # (3,)
     gripper_width: float  # distance between the fingers' joints, 0 (closed) … ~0.1 (open)
     objects: dict[str, ObjectState]
+    start_pos: dict[str, np.ndarray] = field(default_factory=dict)  # each object's origin at reset (for `moved`)
 
     def position(self, name: str) -> np.ndarray:
         return self.gripper_pos if name == "gripper" else self.objects[name].pos

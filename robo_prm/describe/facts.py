@@ -20,6 +20,7 @@ BUCKETS = ("touching", "3 cm", "5 cm", "10 cm", "15 cm", "20 cm", "30 cm", "far"
 _CM_BUCKETS = (3, 5, 10, 15, 20, 30)
 NEAR_EDGE_M = 0.10  # closer than this to an edge, the edge is worth a sentence
 MOVING_MS = 0.3  # faster than this, "It is moving fast."
+MOVED_M = 0.02  # from this far from its reset pose on, "It has moved 3 cm from where it stood." (tasks that check `moved`)
 
 Relation = Literal["at", "above", "distance"]
 # Where an object is, in the order the renderer checks; the values of ObjectFacts.place.
@@ -58,6 +59,7 @@ class ObjectFacts:
     bucket: str | None = None  # held / lifted: height above the table; near_edge: distance to the edge
     upright: bool = True  # read for fragile objects only
     moving: bool = False
+    moved: str | None = None  # distance words from its reset pose, once ≥ MOVED_M (only objects a task checks `moved` on)
 
 
 @dataclass(frozen=True)
@@ -85,11 +87,18 @@ def gripper_facts(movable: tuple[str, ...], s: SceneState) -> GripperFacts:
     return GripperFacts(opened, None, nearest, "distance", distance_words(float(np.linalg.norm(rel))))
 
 
-def object_facts(sim: str, s: SceneState) -> ObjectFacts:
+def moved_words(sim: str, s: SceneState) -> str | None:
+    """How far `sim` is from its reset pose, in distance words, once that is at least MOVED_M."""
+    start = s.start_pos.get(sim)
+    d = float(np.linalg.norm(s.objects[sim].pos - start)) if start is not None else 0.0
+    return distance_words(d) if d >= MOVED_M else None
+
+
+def object_facts(sim: str, s: SceneState, watch_moved: bool = False) -> ObjectFacts:
     o = s.objects[sim]
     upright = bool(o.up[2] > 0.9) if OBJECT_KIND[sim] == "fragile" else True
     moving = float(np.linalg.norm(o.vel)) > MOVING_MS
-    common = {"sim": sim, "upright": upright, "moving": moving}
+    common = {"sim": sim, "upright": upright, "moving": moving, "moved": moved_words(sim, s) if watch_moved else None}
     p = o.pos
     if o.fingers_touching >= 2:
         return ObjectFacts(place="held", bucket=distance_words(p[2] - TABLE_TOP_Z), **common)
@@ -110,7 +119,10 @@ def object_facts(sim: str, s: SceneState) -> ObjectFacts:
     return ObjectFacts(place="quadrant", quadrant=f"{depth}-{side}", **common)
 
 
-def scene_facts(movable: tuple[str, ...], s: SceneState, milestones: tuple[int, int] | None = None) -> SceneFacts:
-    """The facts of a state for a task's objects; `milestones` = (reached, total) or None."""
+def scene_facts(movable: tuple[str, ...], s: SceneState, milestones: tuple[int, int] | None = None,
+                moved: tuple[str, ...] = ()) -> SceneFacts:
+    """The facts of a state for a task's objects; `milestones` = (reached, total) or None; `moved`: the objects
+    whose distance from their reset pose is a fact (Task.moved_objects)."""
     reached, total = milestones if milestones is not None else (None, None)
-    return SceneFacts(gripper_facts(movable, s), tuple(object_facts(sim, s) for sim in movable), reached, total)
+    objects = tuple(object_facts(sim, s, sim in moved) for sim in movable)
+    return SceneFacts(gripper_facts(movable, s), objects, reached, total)

@@ -29,15 +29,15 @@ def _gripper(g: GripperFacts, word, facts: list[str]) -> str:
 
 
 # Each place (facts.PLACE_KINDS) → (its named fact, its sentence), filled in by `_object`: w is the object's word,
-# verb "stands" / "lies" / "lies tipped over", the rest the place's details.
+# verb "stands" / "lies" / "lies tipped over", table the task's word for the table, the rest the place's details.
 _PHRASES = {
-    "held": ("grasped({w})", "The {w} is held {height} above the table"),
-    "fallen": ("fallen({w})", "The {w} has fallen off the table"),
+    "held": ("grasped({w})", "The {w} is held {height} above the {table}"),
+    "fallen": ("fallen({w})", "The {w} has fallen off the {table}"),
     "in": ("in({w}, {container})", "The {w} {verb} in the {container}"),
-    "lifted": ("lifted({w})", "The {w} is in the air, {bucket} above the table"),
-    "near_edge": ("near_edge({w}, {edge})", "The {w} {verb} {from_edge} of the table"),
-    "middle": ("in_zone({w}, middle)", "The {w} {verb} in the middle of the table"),
-    "quadrant": ("on_table({w}, {quadrant})", "The {w} {verb} on the {depth} {side} part of the table"),
+    "lifted": ("lifted({w})", "The {w} is in the air, {bucket} above the {table}"),
+    "near_edge": ("near_edge({w}, {edge})", "The {w} {verb} {from_edge} of the {table}"),
+    "middle": ("in_zone({w}, middle)", "The {w} {verb} in the {middle}"),
+    "quadrant": ("on_table({w}, {quadrant})", "The {w} {verb} on the {depth} {side} part of the {table}"),
 }
 
 
@@ -50,14 +50,20 @@ def _object(o: ObjectFacts, word, facts: list[str]) -> str:
     else:
         verb = "lies"
     extra = ""
+    if o.moved is not None:
+        facts.append(f"moved({w}) = {o.moved}")
+        extra += " It has moved " + ("more than 30 cm" if o.moved == "far" else o.moved) + " from where it stood."
     if o.moving:
         facts.append(f"moving({w})")
-        extra = " It is moving fast."
+        extra += " It is moving fast."
     touching = o.bucket == "touching"
     depth, side = o.quadrant.split("-") if o.quadrant else ("", "")
+    table, edge = word("table"), word(f"{o.edge}_edge") if o.edge else None  # "table", "front edge" unless renamed
+    middle = f"middle of the {table}" if word("middle") == "middle" else word("middle")
     fields = {"w": w, "verb": verb, "bucket": o.bucket, "edge": o.edge, "quadrant": o.quadrant, "depth": depth, "side": side,
               "container": word(o.container) if o.container else None, "height": "just" if touching else o.bucket,
-              "from_edge": f"at the very {o.edge} edge" if touching else f"{o.bucket} from the {o.edge} edge"}
+              "table": table, "middle": middle,
+              "from_edge": f"at the very {edge}" if touching else f"{o.bucket} from the {edge}"}
     fact, sentence = _PHRASES[o.place]
     facts.append(fact.format(**fields))
     return f"{sentence.format(**fields)}.{extra}"
