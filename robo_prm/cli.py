@@ -305,9 +305,26 @@ def build_parser() -> ConfigParser:
         c.set_defaults(func=config_command(cls, run))
     from robo_prm.finetune.cli import add_finetune_commands
     add_finetune_commands(sub)
+    tune = sub.add_parser("tune", help="Optuna study of the blend's LLM weight, judge_every, safety_weight and learning rate",
+                          usage="robo-prm tune [--task T] [--trials N] [--study NAME] [--storage URL] [--workers K] [--steps S] "
+                                "[--seeds 0,1,2] [--field VALUE] ... | robo-prm tune --report NAME [--storage URL]")
+    tune.defer(_tune_args)
+    tune.set_defaults(func=cmd_tune)
     perception = sub.add_parser("perception", help="frames → captions and CLIP features: collect data, train, inspect")
     perception.defer(_perception_commands)
     return p
+
+
+def _tune_args(parser) -> None:
+    from robo_prm.train.tune import add_tune_args
+
+    add_tune_args(parser)
+
+
+def cmd_tune(args, extra: list[str]) -> int:
+    from robo_prm.train.tune import cmd_tune as run
+
+    return run(args, extra)
 
 
 def _perception_commands(parser) -> None:

@@ -124,11 +124,13 @@ def _callbacks(cfg: TrainConfig, task, run_dir: Path, run: str, start_episode: i
     return cb
 
 
-def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_episode: int = 0) -> Path:
+def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_episode: int = 0, extra=()) -> Path:
     clean_stale(run_dir / "checkpoints")
     cb = _callbacks(cfg, task, run_dir, run, start_episode)
     stats, evaluator = cb["stats"], cb["eval"]
-    callbacks = [c for c in (stats, cb["ckpt"], evaluator, cb["recorder"]) if c is not None]
+    for c in extra:
+        c.evaluator = evaluator  # they run after it in the same step and may read its history
+    callbacks = [c for c in (stats, cb["ckpt"], evaluator, cb["recorder"], *extra) if c is not None]
     if cfg.progress_bar:
         callbacks.append(ProgressBar(cfg.steps, stats))
     remaining = max(0, cfg.steps - model.num_timesteps)
@@ -166,7 +168,10 @@ def _write_summary(run_dir: Path, run: str, model, stats: RewardLogger, evaluato
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
 
 
-def train(cfg: TrainConfig) -> Path:
+def train(cfg: TrainConfig, callbacks: tuple[BaseCallback, ...] = ()) -> Path:
+    """Train from scratch into runs_dir/run_name. `callbacks`: extra SB3 callbacks, run after the periodic
+    evaluation (each gets it as `.evaluator`; `evaluator.history`); one returning False ends training early
+    and the run folder is finished as usual (tune.py prunes trials this way)."""
     task = load_task(cfg.task)  # fail on a bad task before making a run directory
     run = run_name(cfg, task.name)
     run_dir = Path(cfg.runs_dir) / run
@@ -175,7 +180,7 @@ def train(cfg: TrainConfig) -> Path:
     task, venv = _build(cfg, run_dir)
     (run_dir / "config.yaml").write_text(config_to_yaml(cfg))
     model = make_algo(cfg, venv, run_dir)
-    return _learn(model, cfg, task, venv, run_dir, run)
+    return _learn(model, cfg, task, venv, run_dir, run, extra=callbacks)
 
 
 def load_run_config(run_dir: Path) -> TrainConfig:
