@@ -121,6 +121,18 @@ def test_report_names_the_studies_when_the_name_is_wrong(tmp_path, capsys):
     assert "no study 'missing'" in capsys.readouterr().err
 
 
+def test_a_journal_file_is_one_study_for_every_process_that_opens_it(tmp_path):
+    from robo_prm.train.tune import make_study, TuneArgs
+
+    args, base = TuneArgs(), load_train_config(None, {"steps": 300})
+    for url in (str(tmp_path / "shared" / "study.log"), f"journal:///{tmp_path / 'j.journal'}"):
+        first = make_study(open_storage(url), "j", args, base, create=True)
+        first.set_user_attr("base_config", {"steps": 300})
+        first.enqueue_trial({"judge_every": 2})
+        again = make_study(open_storage(url), "j", args, base)  # a second opener, as on another machine
+        assert again.user_attrs == {"base_config": {"steps": 300}} and len(again.get_trials()) == 1
+
+
 # ---- PostgreSQL ------------------------------------------------------------------------------
 def _pg_bin() -> Path | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
