@@ -127,7 +127,10 @@ class ScriptedExpert:
                     self._held = 0
                 else:
                     self._held += 1
-            action = np.concatenate([np.clip(delta / 0.05 * 1.5, -wp.speed, wp.speed), [wp.grip]])
+            move = delta / 0.05 * 1.5
+            if wp.speed < 1.0:  # a slow leg (a push) keeps its direction: scaled, not clipped per axis
+                move = move * min(1.0, wp.speed / max(1e-9, float(np.abs(move).max())))
+            action = np.concatenate([np.clip(move, -1.0, 1.0), [wp.grip]])
         else:
             action = np.array([0.0, 0.0, 0.0, 1.0])
         if self.perturb and self.rng.random() < self.perturb:
