@@ -7,6 +7,8 @@
     robo-prm enjoy runs/<run> [--episodes 3] [--replay]
     robo-prm eval runs/<run> [--episodes 20]
     robo-prm tasks list | show NAME|FILE | validate FILE | render NAME|FILE --out x.png
+    robo-prm tasks expert NAME|FILE [--episodes 20] [--perturb 0.5] [--json out.json]
+    robo-prm tasks generate --n 200 --seed 0 --out generated/
     robo-prm perception collect | train-clip | train-captioner | caption | goal-sim
 
 Every flag is a field of a config dataclass, spelt as the field (`robo_prm.config_flags`): the
@@ -64,11 +66,15 @@ class EnjoyArgs(EvalArgs):
 
 @dataclass
 class TasksArgs:
-    action: Literal["list", "show", "validate", "render"] = opt(help="what to do", positional=True)
+    action: Literal["list", "show", "validate", "render", "expert", "generate"] = opt(help="what to do", positional=True)
     target: str | None = opt(None, "task name or YAML path", positional=True)
-    out: str = opt("task.png", "render: output image")
-    seed: int = opt(0, "render: reset seed")
+    out: str | None = opt(None, "render: output image (null: task.png); generate: output folder (null: generated_tasks)")
+    seed: int = opt(0, "render: reset seed; expert: seed of the first episode; generate: the generator's seed")
     size: int = opt(480, "render: frame size in pixels")
+    episodes: int = opt(20, "expert: episodes to run, one per seed", min=1)
+    perturb: float = opt(0.0, "expert: probability of a random action per step", min=0.0, max=1.0)
+    json: str | None = opt(None, "expert: also write {success_rate, mean_length, episodes} as JSON here")
+    n: int = opt(20, "generate: tasks to draw (those whose plan succeeds on 4 of 5 seeds are kept)", min=1)
 
 
 class CliError(Exception):
@@ -224,9 +230,13 @@ def cmd_tasks(args: TasksArgs) -> int:
             t = load_task(name)
             print(f"{name:<22} {env_id(name):<32} {t.spec.goal}")
         return 0
+    if args.action == "generate":
+        return _generate_tasks(args)
     if not args.target:
         raise CliError(f"tasks {args.action} needs a task name or file")
     task = load_task(args.target)
+    if args.action == "expert":
+        return _run_expert(task, args)
     if args.action == "validate":
         s = task.spec
         print(f"ok: {task.source} — task '{s.name}', {len(task.movable)} object(s), {len(s.milestones)} milestone(s), {len(s.hazards)} hazard(s)")
@@ -239,6 +249,29 @@ def cmd_tasks(args: TasksArgs) -> int:
     if args.action == "render":
         return _render_task(task, args)
     raise CliError(f"unknown tasks action '{args.action}'")
+
+
+def _run_expert(task, args) -> int:
+    from robo_prm.envs.experts import run_expert
+
+    if task.plan is None:
+        raise CliError(f"{task.source}: task '{task.name}' has no scripted plan (add an `expert:` list, docs/TASKS.md)")
+    r = run_expert(task, args.episodes, args.seed, args.perturb)
+    print(f"{r['task']}: plan succeeded {r['successes']} / {r['episodes']} ({100 * r['success_rate']:.0f} %), mean length "
+          f"{r['mean_length']:.1f} steps (seeds {args.seed}..{args.seed + args.episodes - 1}, perturb {args.perturb})")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(r, indent=1))
+    return 0
+
+
+def _generate_tasks(args) -> int:
+    from robo_prm.envs.generate import generate
+
+    out = Path(args.out or "generated_tasks")
+    r = generate(args.n, args.seed, out, progress=lambda i, line: print(line, flush=True))
+    print(f"kept {r['kept']} of {r['n']} tasks ({100 * r['kept_fraction']:.0f} %) in {out}; splits {r['splits']}")
+    return 0
 
 
 def _render_task(task, args) -> int:
@@ -264,11 +297,12 @@ def _render_task(task, args) -> int:
     for i, line in enumerate(lines):
         put(panel, line, 10, 24 + 22 * i, scale)
     out = np.vstack([img, panel])
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    if not cv2.imwrite(str(args.out), cv2.cvtColor(out, cv2.COLOR_RGB2BGR)):
-        raise CliError(f"{args.out}: could not write the image (use a .png or .jpg name)")
+    path = Path(args.out or "task.png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not cv2.imwrite(str(path), cv2.cvtColor(out, cv2.COLOR_RGB2BGR)):
+        raise CliError(f"{path}: could not write the image (use a .png or .jpg name)")
     print(text)
-    print(f"wrote {args.out}")
+    print(f"wrote {path}")
     return 0
 
 
@@ -299,7 +333,7 @@ def build_parser() -> ConfigParser:
             ("replay", ReplayArgs, cmd_replay, "episode folder → video with the judge's score, reason and hazards"),
             ("eval", EvalArgs, cmd_eval, "success rate, return and hazard events of a trained policy"),
             ("enjoy", EnjoyArgs, cmd_enjoy, "run a trained policy, judge and record its episodes"),
-            ("tasks", TasksArgs, cmd_tasks, "list, show, validate or render task files")):
+            ("tasks", TasksArgs, cmd_tasks, "list, show, validate, render task files; run their plans; generate tasks")):
         c = sub.add_parser(name, help=helptext)
         c.defer(lambda parser, cls=cls: add_config_args(parser, cls))
         c.set_defaults(func=config_command(cls, run))
