@@ -279,3 +279,54 @@ def test_facts_agree_with_text_while_holding(tidy):
     d = tidy.captioner(held)
     assert d.text.startswith("The gripper is closed around the glass cup.")
     assert "gripper_open" not in d.facts
+
+
+# ---- issue 13: renamed table, edges and middle; "moved" only where a task checks it -------------------------
+RENAMED = """name: renamed
+background: A hammer lies on the bench.
+goal: Leave it.
+dimensions: [where the hammer is]
+objects: {tool0: hammer, table: bench, middle: painted square, back_edge: far side, front_edge: lip}
+success: in_zone(hammer, painted_square)
+"""
+
+
+@pytest.mark.parametrize("pos, sentence", [
+    ((1.32, 0.75, 0.42), "The hammer lies in the painted square."),  # the middle, renamed: no "of the bench"
+    ((1.12, 0.75, 0.42), "The hammer lies 10 cm from the far side of the bench."),  # 7 cm from the back edge (x 1.05)
+    ((1.54, 0.75, 0.42), "The hammer lies at the very lip of the bench."),  # 1 cm from the front edge: "touching"
+    ((1.40, 0.95, 0.42), "The hammer lies on the front right part of the bench."),  # 15 cm from the front and right edges
+    ((1.20, 0.75, 0.52), "The hammer is in the air, 15 cm above the bench."),  # 12 cm up, clear of the gripper
+    ((1.75, 0.75, 0.02), "The hammer has fallen off the bench."),
+])
+def test_renamed_table_edges_and_middle(make_env, tmp_path, pos, sentence):
+    path = tmp_path / "renamed.yaml"
+    path.write_text(RENAMED)
+    env = make_env(path)
+    env.reset(seed=0)
+    d = env.describer(env.unwrapped.place("tool0", pos))
+    assert sentence in d.text and "table" not in d.text
+
+
+def test_shipped_tasks_never_say_moved(make_env):
+    """No shipped task checks `moved`, so their texts (what the shipped judge was trained on) stay as they were."""
+    env = make_env("place_cup_in_bin")
+    env.reset(seed=0)
+    u = env.unwrapped
+    start = u.scene_state.start_pos["cup0"]
+    d = env.describer(u.place("cup0", start + np.array([0.0, 0.12, 0.0])))
+    assert "moved" not in d.text and not any(f.startswith("moved") for f in d.facts)
+    assert u.task.moved_objects == ()
+
+
+def test_moved_far_reads_more_than_30_cm(make_env):
+    from pathlib import Path
+
+    env = make_env(Path(__file__).parent / "data" / "screwdriver_off_the_lip.yaml")  # checks moved(glass_cup, 0.03)
+    env.reset(seed=0)
+    u = env.unwrapped
+    u.place("cup0", (1.12, 0.70, 0.44), as_start=True)
+    d = env.describer(u.place("cup0", (1.12, 1.02, 0.44)))  # 32 cm along y
+    assert "It has moved more than 30 cm from where it stood." in d.text and "moved(glass cup) = far" in d.facts
+    d = env.describer(u.place("cup0", (1.12, 0.72, 0.44)))  # exactly 2 cm: from here on it is said, in the 3 cm bucket
+    assert "It has moved 3 cm from where it stood." in d.text

@@ -148,3 +148,48 @@ def test_random_policy_streams():
     walk.reset()
     u = np.random.default_rng(5).uniform(-1, 1, size=4)
     np.testing.assert_allclose(RandomPolicy(5, smooth=0.6)(), 0.4 * u, rtol=1e-6)  # from rest: (1 − smooth) · u
+
+
+# ---- issue 13: plans from task files, push steps -------------------------------------------------------------
+PUSH_TASK = """name: push_hammer
+background: A hammer lies at the front edge.
+goal: Slide it into the middle without lifting it.
+dimensions: [how close the hammer is to the middle]
+objects: {tool0: hammer}
+start: {tool0: front_edge}
+success: in_zone(hammer, middle) and not grasped(hammer) and not lifted(hammer, 0.03)
+max_steps: 120
+expert:
+  - push hammer to middle
+"""
+
+
+def test_push_plan_slides_the_object_with_closed_fingers(make_env, tmp_path):
+    path = tmp_path / "push.yaml"
+    path.write_text(PUSH_TASK)
+    env = make_env(path, describe=False)
+    assert env.unwrapped.task.plan == [("push", "tool0", "middle", 0.0)]
+    for seed in range(3):
+        heights = []  # the hammer's origin above the table top, every state
+        ep = rollout(env, ScriptedExpert(env), seed,
+                     on_step=lambda s: heights.append(env.unwrapped.scene_state.objects["tool0"].pos[2] - 0.40))
+        assert ep.success and not ep.infos[0]["is_success"] and len(heights) == ep.steps + 1
+        assert all(a[3] == -1.0 for a in ep.actions)  # the fingers stay closed: never a grasp
+        assert max(heights) < 0.03  # slid, never carried (2 cm is the hammer's origin lying on the table)
+
+
+def test_push_task_success_waits_for_the_release(make_env):
+    """push_tool_from_edge's success needs `not grasped(hammer)`: the expert's last step lets go of it."""
+    env = make_env("push_tool_from_edge")
+    ep = rollout(env, ScriptedExpert(env), 0)
+    assert ep.success and env.unwrapped.scene_state.objects["tool0"].fingers_touching < 2
+    assert "held" not in ep.infos[-1]["description"].text
+    assert "held" in ep.infos[-3]["description"].text  # two steps earlier the fingers were still around it
+
+
+def test_run_expert_reports_rate_and_length():
+    from robo_prm.envs.experts import run_expert
+
+    r = run_expert("reach_tool", episodes=3, seed=0)
+    assert r["successes"] == 3 and r["success_rate"] == 1.0 and r["episodes"] == 3
+    assert r["mean_length"] == pytest.approx(np.mean(r["lengths"])) and all(1 < n < 50 for n in r["lengths"])

@@ -260,3 +260,77 @@ def test_compile_errors(scene, source, kind, message):
 def test_distance_between_two_places(scene):
     # compiles (both are 'thing's), so it must evaluate: the centres are 0.46 m apart
     assert check(scene, "distance(left_bin, tray)", "num") == pytest.approx(0.46)
+
+
+# ---- issue 13: a named edge, moved, quoted words --------------------------------------------------
+@pytest.mark.parametrize("edge, expected", [("front", 0.10), ("back", 0.40), ("left", 0.20), ("right", 0.50),
+                                            ("front_edge", 0.10), ("left_edge", 0.20)])
+def test_edge_distance_to_a_named_edge(scene, edge, expected):
+    # x 1.45: 10 cm from the front edge (1.55), 40 cm from the back (1.05); y 0.60: 20 cm from the left (0.40), 50 from the right
+    s = scene.place("tool0", (1.45, 0.60, HAMMER_Z))
+    assert check(scene, f"edge_distance(hammer, {edge})", "num", s) == pytest.approx(expected, abs=1e-9)
+    assert check(scene, "edge_distance(hammer)", "num", s) == pytest.approx(0.10, abs=1e-9)  # the nearest: front
+
+
+def test_near_a_named_edge(scene):
+    s = scene.place("tool0", (1.45, 0.43, HAMMER_Z))  # 10 cm from the front edge, 3 cm from the left one
+    assert check(scene, "near_edge(hammer, 0.05, left)", state=s)
+    assert not check(scene, "near_edge(hammer, 0.05, front)", state=s)  # 10 cm away from that one
+    assert check(scene, "near_edge(hammer, 0.12, front)", state=s) and not check(scene, "near_edge(hammer, 0.12, back)", state=s)
+    assert check(scene, "near_edge(hammer, 0.05)", state=s)  # any edge: the left one
+    beyond = scene.place("tool0", (1.45, 0.38, 0.02))  # fallen past the left edge: no longer "near" it
+    assert not check(scene, "near_edge(hammer, 0.05, left)", state=beyond)
+    assert check(scene, "edge_distance(hammer, left)", "num", beyond) == pytest.approx(-0.02, abs=1e-9)
+
+
+def test_moved_from_the_reset_pose(scene):
+    start = scene.scene_state.start_pos["cup0"].copy()  # where reset(seed=0) put the cup, not where the fixture moved it
+    s = scene.place("cup0", start + np.array([0.03, 0.0, 0.0]))
+    assert check(scene, "moved(glass_cup)", state=s)  # default 2 cm
+    assert check(scene, "moved(glass_cup, 0.025)", state=s) and not check(scene, "moved(glass_cup, 0.035)", state=s)
+    s = scene.place("cup0", start + np.array([0.0, 0.0, 0.015]))  # lifted 1.5 cm: under 2 cm
+    assert not check(scene, "moved(glass_cup)", state=s)
+    assert check(scene, "moved(glass_cup, 0.01)", state=s)
+    s = scene.place("cup0", (1.20, 0.80, CUP_Z), as_start=True)  # a hand-made scene can say where things stood
+    assert not check(scene, "moved(glass_cup, 0.001)", state=s)
+    assert check(scene, "moved(glass_cup)", state=scene.place("cup0", (1.20, 0.85, CUP_Z)))
+
+
+def test_quoted_and_hyphenated_words():
+    from robo_prm.config_io import from_dict
+    from robo_prm.envs.task import Task, TaskSpec
+
+    spec = from_dict(TaskSpec, {"name": "t", "background": "b.", "goal": "g", "dimensions": ["d"], "success": "upright(cup0)",
+                                "objects": {"cup0": "drinking glass", "left_bin": "left-hand bin", "tray": "tray-for tools"}})
+    names = Task(spec).names
+    for source in ('inside(drinking_glass, "left-hand bin")', "inside(drinking_glass, left_hand_bin)",
+                   'inside("drinking glass", left_bin)', 'inside("cup0", "left-hand bin")', 'inside(cup0, "Left-Hand  Bin")'):
+        assert compile_predicate(source, names).objects == ("cup0",), source
+    assert compile_predicate('distance("tray-for tools", tray_for_tools)', names, "num").objects == ()
+    with pytest.raises(PredicateError, match="quote a word with spaces or hyphens"):
+        compile_predicate("inside(drinking_glass, left-hand_bin)", names)
+    with pytest.raises(PredicateError, match="unknown object 'right-hand bin'"):
+        compile_predicate('inside(drinking_glass, "right-hand bin")', names)
+
+
+def test_predicate_knows_which_objects_it_asks_moved_about(scene):
+    p = compile_predicate("near(gripper, hammer) and not moved(glass_cup, 0.03)", scene.task.names)
+    assert p.objects == ("tool0", "cup0") and p.moved == ("cup0",)
+    assert compile_predicate("near_edge(hammer)", scene.task.names).moved == ()
+
+
+@pytest.mark.parametrize(
+    "source, kind, message",
+    [
+        ("edge_distance(hammer, middle)", "num", "'middle' cannot be used where a table edge (front, back, left, right) is expected"),
+        ("near_edge(hammer, 0.05, top)", "bool", "unknown object 'top'"),
+        ("near_edge(hammer, front)", "bool", "expected a number, got 'front'"),
+        ("moved(gripper)", "bool", "'gripper' cannot be used where a movable object is expected"),
+        ("moved(front, 0.02)", "bool", "'front' cannot be used where a movable object is expected"),
+        ("moved(hammer)", "num", "gives a true/false condition, expected a number"),
+    ],
+)
+def test_new_predicate_errors(scene, source, kind, message):
+    with pytest.raises(PredicateError) as exc:
+        compile_predicate(source, scene.task.names, kind)
+    assert message in str(exc.value)

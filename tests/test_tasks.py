@@ -3,6 +3,7 @@ the `robo-prm tasks` commands, and tasks written from docs/TASKS.md alone (tests
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,26 @@ BAD = {
     "huge predicate": (edited(success=" or ".join(["grasped(screwdriver)"] * 5000)), ["success", "too long (119996 characters"]),
     "deeply nested predicate": (edited(success="not " * 30 + "grasped(screwdriver)"), ["success", "nested too deeply"]),
     "unknown scene": (edited(scene="kitchen"), ["scene", "unknown scene family 'kitchen'"]),
+    # issue 13: plans, splits, renamed table parts, start zones
+    "plan: unknown step": (edited(expert=["grab screwdriver"]), ["expert[0]", "unknown step 'grab'", "reach OBJECT, move OBJECT to PLACE"]),
+    "plan: unknown object": (edited(expert=["reach screwdriver", "move wrench to green tray"]), ["expert[1]", "unknown object 'wrench'", "screwdriver"]),
+    "plan: unknown place": (edited(expert=["move screwdriver to shelf"]), ["expert[0]", "unknown place 'shelf'", "green_tray"]),
+    "plan: no place": (edited(expert=["move screwdriver"]), ["expert[0]", "write 'move OBJECT to PLACE'"]),
+    "plan: push over a wall": (edited(expert=["push screwdriver to green tray"]), ["expert[0]", "cannot be pushed over a container's wall"]),
+    "plan: empty": (edited(expert=[]), ["expert", "list the plan's steps"]),
+    "plan: not a list": (edited(expert="move screwdriver to green tray"), ["expert", "expected a list"]),
+    "unknown split": (edited(split="test"), ["split", "unknown split 'test'", "heldout_phrasing"]),
+    "unknown table part": (edited(objects={"tool1": "screwdriver", "tray": "green tray", "top_edge": "rim"}),
+                           ["objects.top_edge", "unknown object 'top_edge'", "table, front_edge"]),
+    "an edge named by a direction": (edited(objects={"tool1": "screwdriver", "tray": "green tray", "front_edge": "front"}),
+                                     ["objects.front_edge", "'front' is a reserved word"]),
+    "a table word used twice": (edited(objects={"tool1": "screwdriver", "tray": "green tray", "table": "Green Tray"}),
+                                ["objects.table", "'Green Tray' already names tray"]),
+    "a tool that does not fit a container": (edited(start={"tool1": "tray"}), ["start.tool1", "the screwdriver does not fit in the green tray (tray)"]),
+    "two objects' zones overlap": (
+        edited(objects={"tool1": "screwdriver", "cup0": "glass cup", "tray": "green tray"}, start={"tool1": "anywhere", "cup0": "middle"}),
+        ["start.cup0", "zone 'middle' overlaps zone 'anywhere' of screwdriver (tool1)"],
+    ),
 }
 
 
@@ -300,3 +321,105 @@ def test_cli_tasks_render(capsys, tmp_path):
     assert out_png.stat().st_size > 1000
     out = capsys.readouterr().out
     assert "screwdriver" in out and f"wrote {out_png}" in out
+
+
+def test_start_zone_over_a_container_wall(tmp_path, monkeypatch):
+    """The old left_edge zone (x 1.25–1.40) put the hammer's head inside the blue bin's wall: the physics threw it
+    off the table. A zone like that is a one-line error naming the file and the field."""
+    from robo_prm.envs.scene import START_ZONES
+
+    monkeypatch.setitem(START_ZONES, "left_edge", ((1.25, 1.40), (0.43, 0.445)))
+    path = write(tmp_path, edited(objects={"tool0": "hammer", "tray": "green tray"}, start={"tool0": "left_edge"},
+                                  success="inside(hammer, green_tray)", milestones=[], hazards=[], dense_reward=[]))
+    with pytest.raises(ConfigError) as exc:
+        load_task(path)
+    message = str(exc.value)
+    assert message.startswith(f"{path}: start.tool0: zone 'left_edge' overlaps the left bin (left_bin): the hammer could start ")
+    assert "cm inside its wall" in message and "\n" not in message
+
+
+def test_shipped_zones_clear_every_container():
+    from robo_prm.envs.scene import CONTAINERS, OBJECTS, START_ZONES, footprint_overlap
+
+    for zone in START_ZONES:
+        for obj in OBJECTS:
+            assert max(footprint_overlap(obj, zone, c) for c in CONTAINERS) <= 0.01, (zone, obj)
+    assert footprint_overlap("tool0", "middle", "left_bin") == 0.0  # 6 cm between the zone's edge and the bin: never touches
+
+
+def test_shipped_plans_are_the_old_waypoints():
+    """The plans that were Python (envs/experts.py PLANS) read from the task files, offsets in the tray included."""
+    assert load_task("reach_tool").plan == [("reach", "tool0")]
+    assert load_task("push_tool_from_edge").plan == [("move", "tool0", "middle", 0.0)]
+    assert load_task("place_cup_in_bin").plan == [("move", "cup0", "left_bin", 0.0)]
+    assert load_task("tidy_table").plan == [("move", "tool0", "tray", -0.035), ("move", "tool1", "tray", 0.035),
+                                            ("move", "cup0", "left_bin", 0.0)]
+    assert load_task(NEW_TASK).plan is None
+
+
+# ---- the complete example of docs/TASKS.md: a named edge, a renamed table, a cup that must not move ----------
+EXAMPLE = DATA / "screwdriver_off_the_lip.yaml"
+SCREWDRIVER_Z = TABLE_TOP_Z + OBJECT_REST_Z["tool1"]
+CUP_Z = TABLE_TOP_Z + OBJECT_REST_Z["cup0"]
+
+
+def test_example_validates():
+    task = load_task(EXAMPLE)
+    assert task.movable == ("tool1", "cup0") and task.moved_objects == ("cup0",)
+    assert task.words["table"] == "workbench" and task.words["front_edge"] == "lip"
+    assert task.names["lip"] == "front_edge" and task.plan == [("move", "tool1", "middle", 0.0)]
+    assert set(task.hazard_checks) == {"tool_at_the_lip", "tool_fell", "cup_moved"}
+
+
+def test_example_describes_itself_with_its_words(make_env):
+    env = make_env(EXAMPLE)
+    env.reset(seed=0)
+    u = env.unwrapped
+    # the cup 7 cm from the back edge (x 1.05), where it stood; the screwdriver 2.5 cm from the lip (x 1.55);
+    # the gripper (1.342, 0.749, 0.535) is 21.7 cm from the screwdriver and 24.6 cm from the cup
+    u.place("cup0", (1.12, 0.70, CUP_Z), as_start=True)
+    s = u.place("tool1", (1.525, 0.75, SCREWDRIVER_Z))
+    d = env.describer(s)
+    assert d.text == ("The gripper is closed, 30 cm from the screwdriver. The screwdriver lies 3 cm from the lip of the workbench. "
+                      "The glass cup stands 10 cm from the back edge of the workbench. Milestones reached: 0 of 2.")
+    assert d.hazards == ("tool_at_the_lip",)
+    # moved 1.5 cm: not yet worth a sentence, and under the hazard's 3 cm
+    d = env.describer(u.place("cup0", (1.12, 0.715, CUP_Z)))
+    assert "moved" not in d.text and d.hazards == ("tool_at_the_lip",)
+    # moved 4 cm: the 5 cm bucket, and the "do not move the cup" hazard
+    d = env.describer(u.place("cup0", (1.12, 0.74, CUP_Z)))
+    assert "The glass cup stands 10 cm from the back edge of the workbench. It has moved 5 cm from where it stood." in d.text
+    assert "moved(glass cup) = 5 cm" in d.facts and d.hazards == ("tool_at_the_lip", "cup_moved")
+    assert not u.task.is_success(u.scene_state)
+    d = env.describer(u.place("tool1", (1.54, 0.75, SCREWDRIVER_Z)))
+    assert "The screwdriver lies at the very lip of the workbench." in d.text
+
+
+def test_example_success_by_hand(make_env):
+    env = make_env(EXAMPLE)
+    env.reset(seed=0)
+    u = env.unwrapped
+    s = u.place("tool1", (1.32, 0.75, SCREWDRIVER_Z))  # 23 cm back from the lip; the cup where reset put it
+    assert u.task.is_success(s)
+    assert "The screwdriver lies in the middle of the workbench." in env.describer(s).text
+    s = u.place("tool1", (1.42, 0.75, SCREWDRIVER_Z))  # 13 cm from the lip: not far enough
+    assert not u.task.is_success(s)
+
+
+def test_example_cli_end_to_end(capsys, tmp_path):
+    assert cli(["tasks", "validate", str(EXAMPLE)]) == 0
+    assert "'screwdriver_off_the_lip', 2 object(s), 2 milestone(s), 3 hazard(s)" in capsys.readouterr().out
+    assert cli(["tasks", "render", str(EXAMPLE), "--size", "64", "--out", str(tmp_path / "ex.png")]) == 0
+    out = capsys.readouterr().out
+    assert "from the lip of the workbench" in out and "table" not in out
+    out_json = tmp_path / "expert.json"
+    assert cli(["tasks", "expert", str(EXAMPLE), "--episodes", "3", "--json", str(out_json)]) == 0
+    assert "screwdriver_off_the_lip: plan succeeded 3 / 3 (100 %)" in capsys.readouterr().out
+    result = json.loads(out_json.read_text())
+    assert result["success_rate"] == 1.0 and result["episodes"] == 3 and 10 < result["mean_length"] < 80
+
+
+def test_cli_tasks_expert_without_a_plan(capsys):
+    assert cli(["tasks", "expert", str(NEW_TASK)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "task 'screwdriver_to_tray' has no scripted plan" in err
