@@ -21,7 +21,8 @@ import types
 import typing
 from typing import Any, Callable, TypeVar
 
-from robo_prm.config_io import ConfigError, convert, dotted_to_nested, from_dict, merge, parse_overrides, parse_value, to_dict
+from robo_prm.config_io import (ConfigError, convert, dotted_to_nested, from_dict, merge, parse_overrides, parse_value, spelt,
+                                to_dict)
 
 T = TypeVar("T")
 
@@ -55,9 +56,9 @@ def config_fields(cls: type, prefix: str = "") -> list[tuple[str, Any, dataclass
         if not f.init:
             continue
         if dataclasses.is_dataclass(hints[f.name]):
-            out += config_fields(hints[f.name], f"{prefix}{f.name}.")
+            out += config_fields(hints[f.name], f"{prefix}{spelt(f.name)}.")
         else:
-            out.append((prefix + f.name, hints[f.name], f))
+            out.append((prefix + spelt(f.name), hints[f.name], f))
     return out
 
 
@@ -144,7 +145,7 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type, title: str | Non
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
-        tp, path, text = hints[f.name], prefix + f.name, f.metadata.get("help", "")
+        tp, path, text = hints[f.name], prefix + spelt(f.name), f.metadata.get("help", "")
         default = getattr(defaults, f.name) if defaults is not None else field_default(f)
         if dataclasses.is_dataclass(tp):
             add_config_args(parser, tp, f"{path}: {text}" if text else path, default, path + ".")

@@ -7,6 +7,7 @@ Every config in robo_prm (task files, train configs, command-line flags through
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import math
 import re
 import reprlib
@@ -179,6 +180,12 @@ def _in_range(value: Any, meta: Any, where: str) -> Any:
     return value
 
 
+def spelt(name: str) -> str:
+    """A field's name in YAML and on the command line: a Python keyword with the trailing underscore PEP 8
+    gives it (`async_`) is spelt as the keyword (`async:`, `--reward.async`); every other name as written."""
+    return name[:-1] if name.endswith("_") and keyword.iskeyword(name[:-1]) else name
+
+
 def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     """Build dataclass `cls` from a mapping; unknown or missing fields are errors.
 
@@ -188,7 +195,7 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     if not isinstance(data, dict):
         raise ConfigError(f"{here}: expected a mapping, got {_short(data)}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {spelt(f.name): f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]
     if unknown:
         close = _closest(unknown[0], list(fields))
@@ -198,7 +205,7 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     for name, f in fields.items():
         sub = f"{where}.{name}" if where else name
         if name in data:
-            kwargs[name] = _in_range(_convert(data[name], hints[name], sub), f.metadata, sub)
+            kwargs[f.name] = _in_range(_convert(data[name], hints[f.name], sub), f.metadata, sub)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{sub}: missing required field")
     try:
@@ -220,7 +227,7 @@ def load_dataclass(cls: type[T], path: str | Path) -> T:
 
 def to_dict(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {spelt(f.name): to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):

@@ -12,7 +12,7 @@ import yaml
 from robo_prm.cli import build_parser, main, train_config_from_args
 from robo_prm.config import TrainConfig, config_to_yaml, load_train_config
 from robo_prm.config_flags import flag_text, flag_value
-from robo_prm.config_io import to_dict
+from robo_prm.config_io import spelt, to_dict
 
 
 def leaves(cls, obj=None, prefix=""):
@@ -22,9 +22,19 @@ def leaves(cls, obj=None, prefix=""):
     for f in dataclasses.fields(cls):
         value = getattr(obj, f.name)
         if dataclasses.is_dataclass(hints[f.name]):
-            yield from leaves(hints[f.name], value, f"{prefix}{f.name}.")
+            yield from leaves(hints[f.name], value, f"{prefix}{spelt(f.name)}.")
         else:
-            yield prefix + f.name, hints[f.name], value
+            yield prefix + spelt(f.name), hints[f.name], value
+
+
+def test_a_keyword_field_is_spelt_as_the_keyword():
+    """`async_` (a Python keyword with PEP 8's underscore) is `--reward.async` and `async:` in YAML."""
+    args, extra = build_parser().parse_known_args(["train", "--reward.async", "true"])
+    cfg = train_config_from_args(args, extra)
+    assert cfg.reward.async_ is True and "async: true" in config_to_yaml(cfg)
+    assert spelt("async_") == "async" and spelt("cache_") == "cache_" and spelt("lambda_") == "lambda"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--reward.async_", "true"])
 
 
 def help_entries(text: str) -> dict[str, str]:

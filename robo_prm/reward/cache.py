@@ -24,22 +24,33 @@ class JudgementCache:
         self.hits_exact = self.hits_nn = self.misses = 0
 
     def get(self, task: str, scene: SceneDescription, need_reason: bool = False) -> Judgement | None:
-        key = (task, scene.text)
-        hit = self._exact.get(key)
-        if hit is not None and (hit.reason or not need_reason):
-            self._exact.move_to_end(key)
+        hit, kind = self._find(task, scene, need_reason)
+        if kind == "exact":
+            self._exact.move_to_end((task, scene.text))
             self.hits_exact += 1
-            return dataclasses.replace(hit, cached=True)
+        elif kind == "nn":
+            self.hits_nn += 1
+        else:
+            self.misses += 1
+        return None if hit is None else dataclasses.replace(hit, cached=True)
+
+    def peek(self, task: str, scene: SceneDescription, need_reason: bool = False) -> bool:
+        """Whether `get` would answer now, without counting or reordering anything (async judging asks
+        at step time which scenes to send to the worker; `get` runs later, in env-step order)."""
+        return self._find(task, scene, need_reason)[0] is not None
+
+    def _find(self, task: str, scene: SceneDescription, need_reason: bool) -> tuple[Judgement | None, str]:
+        hit = self._exact.get((task, scene.text))
+        if hit is not None and (hit.reason or not need_reason):
+            return hit, "exact"
         if not need_reason and scene.features is not None and self._feats:
             if self._matrix is None:
                 self._matrix = np.stack(self._feats)
             d = np.linalg.norm(self._matrix - scene.features[None, :], axis=1)
             i = int(np.argmin(d))
             if d[i] <= self.radius:
-                self.hits_nn += 1
-                return dataclasses.replace(self._feat_judgements[i], cached=True)
-        self.misses += 1
-        return None
+                return self._feat_judgements[i], "nn"
+        return None, "miss"
 
     def put(self, task: str, scene: SceneDescription, judgement: Judgement):
         if judgement.fallback or judgement.backend == "rules":

@@ -46,6 +46,13 @@ class RewardConfig:
     cache: bool = opt(True, "reuse judgements of identical descriptions and near-identical features")
     cache_radius: float = opt(0.05, min=0.0, help="feature distance under which a cached judgement is reused")
     cache_size: int = opt(50_000, min=0, help="judgements kept in the cache")
+    # Spelt `async` in YAML and flags (config_io.spelt). Off by default: sync is the reference.
+    async_: bool = opt(False, "judge off the step path: scenes wait in a bounded queue for a judge worker thread, a step "
+                              "whose judgement is not back yet gets a provisional reward that is relabelled in the replay / "
+                              "rollout buffer when it arrives (docs/ARCHITECTURE.md, Async judging)")
+    async_batch: int = opt(8, min=1, help="async: scenes per judge call of the worker")
+    async_queue: int = opt(1024, min=1, help="async: scenes waiting for the judge at most; a step that finds the queue "
+                                             "full waits for room (counted as async_queue_full_waits)")
 
     def shaping_gamma(self, learner_gamma: float = 0.99) -> float:
         """γ of the potential shaping: `gamma`, or with `gamma: null` the learner's discount (SB3's

@@ -31,6 +31,16 @@ class RunningZScore:
         z = (x - self.mean) / math.sqrt(self.var + self.eps)
         return max(-self.clip, min(self.clip, z))
 
+    def peek(self, x: float) -> float:
+        """x normalised by the statistics as they stand, without updating them (an async step's provisional
+        reward: the update happens when the step is resolved, in env-step order)."""
+        if not math.isfinite(x):
+            return 0.0
+        mean, var = (0.0, x * x if self.count == 0 else self.var) if not self.center else (
+            (x, 1.0) if self.count == 0 else (self.mean, self.var))
+        z = (x - mean) / math.sqrt(var + self.eps)
+        return max(-self.clip, min(self.clip, z))
+
     def state_dict(self) -> dict:
         return {"mean": self.mean, "var": self.var, "count": self.count}
 

@@ -27,13 +27,20 @@ class LLMRewardVecEnv(VecEnvWrapper):
         blended = self.blend(rewards, dones, infos)
         return obs, blended, dones, infos
 
+    def close(self):
+        self.blend.close()  # stops the async judge worker, if any (the judge itself belongs to the caller)
+        return self.venv.close()
+
 
 class LLMRewardWrapper(gymnasium.Wrapper):
     """The same for a single gymnasium env."""
 
     def __init__(self, env: gymnasium.Env, judge, cfg: RewardConfig | None = None, task: TaskText | None = None):
         super().__init__(env)
-        self.blend = BlendedReward(task or env.unwrapped.task.text, judge, cfg or RewardConfig(), 1)
+        cfg = cfg or RewardConfig()
+        if cfg.async_:  # nothing here could take the relabelled rewards
+            raise ValueError("reward.async needs a buffer to relabel: use LLMRewardVecEnv (robo-prm train)")
+        self.blend = BlendedReward(task or env.unwrapped.task.text, judge, cfg, 1)
 
     def reset(self, **kwargs):
         self.blend.reset()

@@ -12,6 +12,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 from robo_prm.config import TrainConfig
 from robo_prm.config_io import ConfigError
+from robo_prm.reward.relabel import relabel_kwargs
 
 ALGOS = {"sac": SAC, "ppo": PPO}
 DEFAULTS = {
@@ -26,7 +27,9 @@ def algo_kwargs(cfg: TrainConfig) -> dict:
 
 
 def make_algo(cfg: TrainConfig, venv, log_dir: Path | None, **override) -> BaseAlgorithm:
-    kwargs = {**algo_kwargs(cfg), **override}
+    # reward.async: SB3's buffer classes that take the late judgements (reward/relabel.py)
+    relabel = relabel_kwargs(cfg.algo, cfg.reward_source == "blend" and cfg.reward.async_)
+    kwargs = {**algo_kwargs(cfg), **relabel, **override}
     return ALGOS[cfg.algo]("MlpPolicy", venv, seed=cfg.seed, device=cfg.device, tensorboard_log=str(log_dir) if log_dir else None,
                            verbose=0, **kwargs)
 

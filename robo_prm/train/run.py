@@ -30,6 +30,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from robo_prm.config import TrainConfig, config_to_yaml, load_train_config
 from robo_prm.config_io import ConfigError, from_dict
 from robo_prm.envs.task import load_task
+from robo_prm.reward.relabel import RelabelCallback
 from robo_prm.train.algos import algo_kwargs, load_algo, load_weights, make_algo
 from robo_prm.train.callbacks import ProgressBar, RewardLogger
 from robo_prm.train.checkpoints import (MODEL, CheckpointEvery, clean_stale, latest_checkpoint, load_replay_buffer, read_state,
@@ -130,7 +131,7 @@ def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_e
     stats, evaluator = cb["stats"], cb["eval"]
     for c in extra:
         c.evaluator = evaluator  # they run after it in the same step and may read its history
-    callbacks = [c for c in (stats, cb["ckpt"], evaluator, cb["recorder"], *extra) if c is not None]
+    callbacks = [c for c in (RelabelCallback(), stats, cb["ckpt"], evaluator, cb["recorder"], *extra) if c is not None]
     if cfg.progress_bar:
         callbacks.append(ProgressBar(cfg.steps, stats))
     remaining = max(0, cfg.steps - model.num_timesteps)

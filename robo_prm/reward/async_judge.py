@@ -1,0 +1,243 @@
+"""Judging off the step path (`reward.async: true`): a judge worker thread, a bounded scene queue, and
+provisional rewards that are relabelled when the judgements arrive.
+
+At each vector step `BlendedReward` records what the step's reward needs but the judgements
+(`StepRecord`). The scenes the blend's cache cannot answer yet go to a bounded FIFO queue
+(`reward.async_queue` scenes) that one worker thread serves, `reward.async_batch` scenes per judge call
+(the backend scores them as one batch). The step then goes to the back of the line of pending steps,
+and every step at the front whose judgements are all back is resolved, in env-step order, by the same
+code as the synchronous blend: cache lookups (a scene the cache can answer by now takes the cached
+judgement, exactly as the synchronous blend would; the worker's answer is then unused and counted as
+`async_speculative`), the progress potential, the normaliser update, the total. So with a deterministic
+judge, sync and async give the same final rewards.
+
+A step resolved within its own `step` call returns its final reward. Otherwise it returns a
+provisional one (`BlendedReward.provisional`: each env's last resolved judgement held, the normaliser
+as it stands) and `info["reward_pending"] = True`, `info["reward_step"] = <step id>`; when it is
+resolved later, every listener gets `(step id, final rewards, provisional rewards)`: the replay and
+rollout buffers of `relabel.py` put the final rewards into the stored rows. Env steps never wait on the model, except:
+a step of an episode being recorded with reasons (`explain`) first resolves every pending step and is
+then judged synchronously (`async_explain_syncs`); a step that finds the queue full waits for room
+(`async_queue_full_waits`); `flush()` (reset, checkpoint, end of a PPO rollout) waits for everything.
+
+The judge is shared by the worker and the main thread (evaluation, explained steps): `LockedJudge`
+serialises its calls.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Callable, Sequence
+
+import numpy as np
+
+from robo_prm.types import Judgement, SceneDescription
+
+log = logging.getLogger(__name__)
+
+
+class LockedJudge:
+    """The judge behind a lock: one call at a time from the worker thread and the main thread."""
+
+    def __init__(self, judge):
+        self.inner, self.lock = judge, threading.RLock()
+
+    def judge(self, task, scenes, explain: bool = False):
+        with self.lock:
+            return self.inner.judge(task, scenes, explain=explain)
+
+    def stats(self) -> dict:
+        stats = getattr(self.inner, "stats", None)
+        with self.lock:
+            return stats() if callable(stats) else {}
+
+    def close(self) -> None:
+        with self.lock:
+            close = getattr(self.inner, "close", None)
+            if callable(close):
+                close()
+
+    def __getattr__(self, name):  # backend, cfg, name, … of the wrapped judge
+        return getattr(self.inner, name)
+
+
+class Ticket:
+    """One scene waiting for the worker; `judgement` is set once, by the worker."""
+
+    __slots__ = ("scene", "judgement")
+
+    def __init__(self, scene: SceneDescription):
+        self.scene, self.judgement = scene, None
+
+
+class JudgeWorker:
+    """A thread that judges queued tickets, up to `batch` per call of `judge_fn` (list of scenes → list of
+    Judgements, never raising: the blend's `call_judge` falls back to rules itself)."""
+
+    def __init__(self, judge_fn: Callable[[list[SceneDescription]], list[Judgement]], batch: int, capacity: int):
+        self.judge_fn, self.batch, self.capacity = judge_fn, batch, capacity
+        self.cond = threading.Condition()
+        self.queue: deque[Ticket] = deque()
+        self.busy = 0  # tickets taken off the queue and not yet answered
+        self.stopped = False
+        self.batches = self.scenes = self.full_waits = 0
+        self.busy_s = 0.0
+        self.thread = threading.Thread(target=self._run, name="robo_prm-judge-worker", daemon=True)
+        self.thread.start()
+
+    def submit(self, scene: SceneDescription) -> Ticket:
+        ticket = Ticket(scene)
+        with self.cond:
+            if len(self.queue) >= self.capacity:
+                self.full_waits += 1
+                self.cond.wait_for(lambda: len(self.queue) < self.capacity or self.stopped)
+            self.queue.append(ticket)
+            self.cond.notify_all()
+        return ticket
+
+    def wait(self, tickets: Sequence[Ticket]) -> None:
+        with self.cond:
+            while not all(t.judgement is not None for t in tickets):
+                if not self.thread.is_alive():
+                    raise RuntimeError("the judge worker thread died with scenes still queued")
+                self.cond.wait(timeout=1.0)
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: self.queue or self.stopped)
+                if not self.queue:  # stopped and nothing left
+                    return
+                take = [self.queue.popleft() for _ in range(min(self.batch, len(self.queue)))]
+                self.busy = len(take)
+                self.cond.notify_all()  # room in the queue
+            t0 = time.perf_counter()
+            answers: list = []
+            try:
+                answers = list(self.judge_fn([t.scene for t in take]))
+            except Exception:  # judge_fn falls back itself; this is a bug, not a model failure
+                log.exception("the judge worker failed on %d scene(s)", len(take))
+            finally:
+                with self.cond:
+                    for t, j in zip(take, answers + [None] * (len(take) - len(answers))):
+                        t.judgement = j if j is not None else _unanswered(t.scene)
+                    self.busy = 0
+                    self.batches += 1
+                    self.scenes += len(take)
+                    self.busy_s += time.perf_counter() - t0
+                    self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+        self.thread.join(timeout=60)
+
+
+def _unanswered(scene: SceneDescription) -> Judgement:
+    """What a scene gets when the worker itself broke: no progress, zero confidence, marked fallback."""
+    return Judgement(progress=0.0, confidence=0.0, backend="none", fallback=True)
+
+
+class AsyncJudging:
+    """The pending steps of one `BlendedReward`, its worker and the relabel listeners."""
+
+    def __init__(self, blend):
+        self.blend = blend
+        cfg = blend.cfg
+        if not isinstance(blend.judge, LockedJudge):
+            blend.judge = LockedJudge(blend.judge)
+        self.worker = JudgeWorker(lambda scenes: blend.call_judge(scenes, explain=False), cfg.async_batch, cfg.async_queue)
+        self.pending: deque = deque()  # StepRecords, oldest first
+        self.listeners: list[Callable[[int, np.ndarray, np.ndarray], None]] = []
+        self.stat_sources: list[Callable[[], dict]] = []
+        self.steps = self.provisional_steps = self.relabelled = self.explain_syncs = 0
+        self.speculative = self.late_judged = self.max_pending = 0
+
+    # ---- the step path ---------------------------------------------------------------
+    def step(self, step, infos: Sequence[dict]) -> np.ndarray:
+        blend = self.blend
+        self.steps += 1
+        if step.explained:  # an episode recorded with reasons: exact terms in its info, judged here
+            self.flush()
+            self.explain_syncs += 1
+            blend._resolve(step)
+            return self._mark(blend._finish(step, infos), step, infos, pending=False)
+        cache = blend.cache
+        for i in step.need[False]:
+            scene = step.scenes[i]
+            if cache is None or not cache.peek(blend.task.name, scene):
+                step.tickets[i] = self.worker.submit(scene)
+        self.pending.append(step)
+        self.max_pending = max(self.max_pending, len(self.pending))
+        final = self._drain(upto=step, infos=infos)
+        if final is not None:
+            return self._mark(final, step, infos, pending=False)
+        step.provisional = blend.provisional(step, infos)
+        self.provisional_steps += 1
+        # a copy: SB3 may add to the array it gets (PPO's time-limit bootstrap); the relabel keeps that part
+        return self._mark(step.provisional.copy(), step, infos, pending=True)
+
+    @staticmethod
+    def _mark(rewards: np.ndarray, step, infos: Sequence[dict], pending: bool) -> np.ndarray:
+        for info in infos:
+            info["reward_step"] = step.id
+            info["reward_pending"] = pending
+        return rewards
+
+    def _drain(self, upto=None, infos=None, block: bool = False) -> np.ndarray | None:
+        """Resolve pending steps from the front while their judgements are back (all of them with `block`).
+        Returns the final rewards of `upto` when it was resolved here (its infos get the final terms)."""
+        blend = self.blend
+        while self.pending:
+            step = self.pending[0]
+            tickets = list(step.tickets.values())
+            if any(t.judgement is None for t in tickets):
+                if not block:
+                    return None
+                self.worker.wait(tickets)
+            self.pending.popleft()
+            ready = {i: t.judgement for i, t in step.tickets.items()}
+            blend._resolve(step, ready)
+            final = blend._finish(step, infos if step is upto else None)
+            if step is upto:
+                return final
+            for listener in self.listeners:
+                listener(step.id, final, step.provisional)
+            self.relabelled += 1
+        return None
+
+    def flush(self) -> None:
+        """Wait for every queued judgement and resolve every pending step (relabels included)."""
+        self._drain(block=True)
+
+    # ---- plumbing ----------------------------------------------------------------------
+    def add_listener(self, relabel: Callable[[int, np.ndarray, np.ndarray], None], stats: Callable[[], dict] | None = None) -> None:
+        if relabel not in self.listeners:
+            self.listeners.append(relabel)
+        if stats is not None and stats not in self.stat_sources:
+            self.stat_sources.append(stats)
+
+    def stats(self) -> dict[str, float]:
+        """async_steps (vector steps), async_provisional_steps (handed out before their judgements) and
+        async_relabelled (resolved later, final rewards sent to the buffers), async_explain_syncs, async_queue_full_waits,
+        async_speculative (worker answers unused: the cache answered by resolution time), async_late_judged
+        (cache misses at resolution with no worker answer, judged on the main thread), async_max_pending,
+        async_worker_batches / _scenes / _busy_s; then what the buffers report (relabel_*)."""
+        w = self.worker
+        out = {"async_steps": self.steps, "async_provisional_steps": self.provisional_steps,
+               "async_relabelled": self.relabelled, "async_explain_syncs": self.explain_syncs,
+               "async_queue_full_waits": w.full_waits, "async_speculative": self.speculative,
+               "async_late_judged": self.late_judged, "async_max_pending": self.max_pending,
+               "async_worker_batches": w.batches, "async_worker_scenes": w.scenes, "async_worker_busy_s": w.busy_s}
+        for source in self.stat_sources:
+            out.update(source())
+        return out
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self.worker.close()
