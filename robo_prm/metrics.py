@@ -101,3 +101,12 @@ def accuracy(pred: np.ndarray, target: np.ndarray, ignore: int = -1) -> tuple[fl
     pred, target = np.asarray(pred), np.asarray(target)
     m = target != ignore
     return (float((pred[m] == target[m]).mean()) if m.any() else None), int(m.sum())
+
+
+def reason_faithfulness(pairs) -> dict:
+    """Over (reason, scene facts, scene text) triples: the share of reasons whose every distance, relation and
+    state claim agrees with the scene ("faithfulness"; None for no reasons), with the counts of reasons, claims,
+    wrong claims and reasons that repeat a sentence. The claim reader is robo_prm/judge/faithfulness.py."""
+    from robo_prm.judge.faithfulness import reason_faithfulness as _faithfulness
+
+    return _faithfulness(pairs)

@@ -13,6 +13,7 @@ from typing import Literal
 from robo_prm.config_flags import add_config_args, config_command, opt
 from robo_prm.finetune.labels import HELDOUT_TASKS, TRAIN_TASKS
 from robo_prm.finetune.lora import LoraTrainConfig
+from robo_prm.judge.config import JudgeConfig
 
 
 def _csv(text: str | list[str] | None) -> list[str]:
@@ -152,6 +153,10 @@ def cmd_distill(args) -> int:
 
 # ---- evaluate-judge ----------------------------------------------------------------------
 def cmd_evaluate(args) -> int:
+    if args.task:  # any task file: robo_prm/finetune/any_task.py
+        from robo_prm.finetune.any_task import cmd_any_task
+
+        return cmd_any_task(args)
     from robo_prm.finetune.evaluate import CosineJudge, evaluate, heldout_episodes, markdown
     from robo_prm.judge import JudgeConfig, make_judge
     from robo_prm.judge.scoring import Calibrator
@@ -276,6 +281,13 @@ class EvaluateArgs:
     threads: int = opt(1, "torch and llama.cpp threads")
     out: str | None = opt(None, "results JSON")
     command_line: str | None = opt(None, "the command recorded in the results (null: this one)")
+    task: list[str] = opt([], "task files or shipped names (--task A.yaml --task B.yaml): evaluate --judge.* on each "
+                              "file's expert and random/perturbed episodes instead (hazards asked in words, scored "
+                              "against the file's checks); --episodes, --max_states, --seed apply")
+    json: str | None = opt(None, "--task: results JSON {overall, tasks}; the counts behind them go to *.details.json")
+    reasons: int = opt(3, "--task: states per episode judged again with a reason (reason_faithfulness); 0: none")
+    text_only: bool = opt(False, "--task: drop the files' milestones and success_distance (rules then know only success)")
+    judge: JudgeConfig = opt(factory=JudgeConfig, help="--task: the judge evaluated (default: the product's default judge)")
 
 
 def add_finetune_commands(sub) -> None:
@@ -287,4 +299,8 @@ def add_finetune_commands(sub) -> None:
              "held-out tasks/texts: VOC, hazard P/R, ECE, confidence, ms per judgement")):
         p = sub.add_parser(name, help=helptext)
         add_config_args(p, cls)
+        if cls is EvaluateArgs:  # --task A --task B (and --task A B) collect every file
+            import argparse
+
+            next(a for a in p._actions if "--task" in a.option_strings).__class__ = argparse._ExtendAction
         p.set_defaults(func=config_command(cls, run))

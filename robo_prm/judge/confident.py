@@ -37,6 +37,16 @@ def hazards_to_ask(task: TaskText, mode: str) -> list[str]:
     return [h.name for h in hazards]
 
 
+def rules_informed(scene: SceneDescription) -> bool:
+    """Whether the rules know more than "not yet successful" about this state: the task has milestones,
+    or its rules progress is above 0 (shaped by a `success_distance`, or a success). A text-only task's
+    rules say 0 at every state before success: falling back to them mid-episode destroys the LLM's ordering."""
+    if scene.milestones_total:
+        return True
+    p = scene.rule_progress
+    return p is not None and p == p and p > 0.0
+
+
 def merge_hazards(llm: Sequence[HazardReport], rules: Sequence[HazardReport], mode: str) -> tuple[HazardReport, ...]:
     if mode == "llm":
         return tuple(llm)  # "auto" merges like "union": the LLM asked only what rules cannot see
@@ -79,12 +89,12 @@ class ConfidentJudge:
         scored, cause = self._score_cached(task, scenes, asked, explain)
         per_scene_ms = (time.perf_counter() - t0) * 1e3 / len(scenes)
         out = []
-        for s, r in zip(scored, rules):
+        for s, r, scene in zip(scored, rules, scenes):
             if s is None:  # only when the backend call failed: `cause` says how
                 out.append(self._fallback(r, mode, per_scene_ms, None, cause or "error"))
                 self._by_cause[cause or "error"] += 1
             else:
-                out.append(self._one(task, s, r, mode))
+                out.append(self._one(task, s, r, mode, scene))
                 self._by_cause["low_confidence"] += out[-1].fallback
         self._count(out)
         return out
@@ -109,28 +119,31 @@ class ConfidentJudge:
                 todo.append(i)
         if not todo:
             return out, None
+        unique = list({scenes[i].text: i for i in reversed(todo)}.values())[::-1]  # equal texts asked once
         cause = None
         try:
-            fresh = list(self.backend.score(task, [scenes[i] for i in todo], hazards=asked, explain=explain))
-            if len(fresh) != len(todo) or not all(isinstance(s, Scored) for s in fresh):
-                raise RuntimeError(f"backend returned {len(fresh)} answers for {len(todo)} scenes")
+            fresh = list(self.backend.score(task, [scenes[i] for i in unique], hazards=asked, explain=explain))
+            if len(fresh) != len(unique) or not all(isinstance(s, Scored) for s in fresh):
+                raise RuntimeError(f"backend returned {len(fresh)} answers for {len(unique)} scenes")
         except JudgeDeadline as exc:  # keep what was finished in time; the rest get rules
-            fresh, cause = [s for s in exc.answered[:len(todo)] if isinstance(s, Scored)], "deadline"
-            self.outage.failed(exc, len(todo) - len(fresh))
+            fresh, cause = [s for s in exc.answered[:len(unique)] if isinstance(s, Scored)], "deadline"
+            self.outage.failed(exc, len(unique) - len(fresh))
         except Exception as exc:  # never stop training over the judge: rules answer instead
             fresh, cause = [], "error"
-            self.outage.failed(exc, len(todo))
+            self.outage.failed(exc, len(unique))
         else:
             self.outage.ok()
-        for i, s in zip(todo, fresh):
-            out[i] = s
+        by_text = {scenes[i].text: s for i, s in zip(unique, fresh)}
+        for i in todo:
+            out[i] = by_text.get(scenes[i].text)
+        for text, s in by_text.items():
             if self.cfg.cache_size > 0:
-                self._answers[(key, scenes[i].text)] = s
+                self._answers[(key, text)] = s
                 if len(self._answers) > self.cfg.cache_size:
                     self._answers.popitem(last=False)
         return out, cause
 
-    def _one(self, task: TaskText, s: Scored, rules: Judgement, mode: str) -> Judgement:
+    def _one(self, task: TaskText, s: Scored, rules: Judgement, mode: str, scene: SceneDescription) -> Judgement:
         if s.digits is None:
             progress, conf = 0.0, 0.0
         else:
@@ -141,8 +154,13 @@ class ConfidentJudge:
             progress = self.calibrator(progress)
         llm_hazards = tuple(HazardReport(n, task.severity(n), float(p)) for n, p in s.hazards.items())
         reason = clean_reason(s.reason)
-        if conf < self.cfg.confidence_threshold:
-            return self._fallback(rules, mode, s.latency_ms, (conf, llm_hazards, reason))
+        policy, threshold = self.cfg.fallback, self.cfg.confidence_threshold
+        if conf < threshold and (policy == "rules" or (policy != "none" and rules_informed(scene))):
+            fb = self._fallback(rules, mode, s.latency_ms, (conf, llm_hazards, reason))
+            if policy == "blend_by_confidence":  # the LLM keeps a share c/threshold of the score
+                w = conf / threshold
+                fb = dataclasses.replace(fb, progress=w * progress + (1.0 - w) * fb.progress)
+            return fb
         return Judgement(progress=progress, confidence=conf, hazards=merge_hazards(llm_hazards, rules.hazards, mode),
                          reason=reason, backend=self.name, latency_ms=s.latency_ms)
 
