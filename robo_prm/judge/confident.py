@@ -119,7 +119,8 @@ class ConfidentJudge:
                 todo.append(i)
         if not todo:
             return out, None
-        unique = list({scenes[i].text: i for i in reversed(todo)}.values())[::-1]  # equal texts asked once
+        unique = list({scenes[i].text: i for i in todo[::-1]}.values())  # equal texts asked once: their first
+        unique.sort()
         cause = None
         try:
             fresh = list(self.backend.score(task, [scenes[i] for i in unique], hazards=asked, explain=explain))

@@ -62,5 +62,8 @@ class JudgeConfig:
     # Off by default: they segfault where AMX is advertised but not granted.
     extra_buffers: bool = opt(False, "llama.cpp AMX/repack weight buffers")
     prefix_reuse: bool = opt(True, "llama.cpp: evaluate the task prefix once and reuse its KV cache")
+    batch_seqs: int = opt(8, min=1, max=255, help="llama.cpp: prompts (a scene's score, each hazard question) scored "
+                                                  "in one multi-sequence batch that shares the task prefix's KV cells "
+                                                  "and the prompts' common tokens; 1: one prompt at a time")
     openai: OpenAIConfig = opt(factory=OpenAIConfig, help="backend openai: the server")
     transformers: TransformersConfig = opt(factory=TransformersConfig, help="GGUF file name, LoRA adapter, calibrator (every local backend), batch size")

@@ -1,6 +1,8 @@
 """The blended reward as an SB3 VecEnvWrapper (all envs of a step judged in one batch) and a gymnasium wrapper."""
 from __future__ import annotations
 
+import dataclasses
+
 import gymnasium
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
@@ -33,13 +35,12 @@ class LLMRewardVecEnv(VecEnvWrapper):
 
 
 class LLMRewardWrapper(gymnasium.Wrapper):
-    """The same for a single gymnasium env."""
+    """The same for a single gymnasium env, always judged synchronously (no buffer here to relabel)."""
 
     def __init__(self, env: gymnasium.Env, judge, cfg: RewardConfig | None = None, task: TaskText | None = None):
         super().__init__(env)
-        cfg = cfg or RewardConfig()
-        if cfg.async_:  # nothing here could take the relabelled rewards
-            raise ValueError("reward.async needs a buffer to relabel: use LLMRewardVecEnv (robo-prm train)")
+        # Always synchronous: a single env's caller (evaluation, replay, labelling) has no buffer to relabel.
+        cfg = dataclasses.replace(cfg, async_=False) if cfg is not None else RewardConfig()
         self.blend = BlendedReward(task or env.unwrapped.task.text, judge, cfg, 1)
 
     def reset(self, **kwargs):

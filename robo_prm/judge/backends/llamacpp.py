@@ -10,6 +10,11 @@ and gives the same logits as evaluating the whole prompt (tested to 1e-4). Scene
 the previous scene shared ("The gripper is …") and the scene itself between the score
 pass and the hazard questions are reused the same way (longest common token prefix).
 
+Several prompts at once (`batch_seqs` > 1, the default 8; more than one prompt in a call): they are
+scored side by side in one multi-sequence decode that shares the prefix's KV cells and the prompts'
+common tokens (`llama_batch.py`); the answers are those of the one-at-a-time path up to the last bits
+llama.cpp's kernels leave (see there). Reasons are generated one scene at a time either way.
+
 Bounds: no clock. A call's work is fixed by token counts: per scene one evaluation of at most
 `n_ctx` prompt tokens for the score and one per hazard asked, plus at most `reason_tokens` greedy
 steps when `explain` is set; nothing waits on I/O. (A deadline checked between scenes would make
@@ -25,6 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from robo_prm.judge.backends.llama_batch import TokenTree, context_params, decode_tree
 from robo_prm.judge.base import Scored
 from robo_prm.judge.config import JudgeConfig
 from robo_prm.judge.prompt import TaskPrompt, build_prompt, chatml, jinja_renderer, scene_text
@@ -97,7 +103,9 @@ class LlamaCppBackend:
         self.model_path = cfg.model or bundled_model_path()
         self.where = self.model_path
         # logits_all=False: only the last position's logits are computed, which is all we read.
-        with extra_buffers(cfg.extra_buffers):
+        # batch_seqs > 1: sequences 1 … batch_seqs score prompts side by side (llama_batch.py).
+        self._batch_seqs = cfg.batch_seqs if cfg.prefix_reuse and cfg.batch_seqs > 1 else 1
+        with extra_buffers(cfg.extra_buffers), context_params(self._batch_seqs + 1 if self._batch_seqs > 1 else 1):
             self.llm = Llama(model_path=self.model_path, n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
                              n_threads_batch=cfg.n_threads, seed=cfg.seed, logits_all=False, verbose=False)
         self._n_vocab = self.llm.n_vocab()
@@ -105,8 +113,10 @@ class LlamaCppBackend:
         template = self.llm.metadata.get("tokenizer.chat_template")
         bos = self._piece(self.llm.token_bos())
         self.render = jinja_renderer(template, bos_token=bos, eos_token=self._piece(self._eos)) if template else chatml
-        # Recurrent models cannot drop KV cells: there every scene restores the saved state.
+        # Recurrent models cannot drop KV cells: there every scene restores the saved state (and nothing is batched).
         self._can_rewind = not (getattr(self.llm, "_is_recurrent", False) or getattr(self.llm, "_is_hybrid", False))
+        if not self._can_rewind:
+            self._batch_seqs = 1
         self._tasks: dict[tuple, _TaskTokens] = {}
 
     # ---- tokens --------------------------------------------------------------------
@@ -137,11 +147,19 @@ class LlamaCppBackend:
 
     def _eval(self, tt: _TaskTokens, tokens: list[int]) -> np.ndarray:
         """Logits after `tokens` (= task prefix + …), evaluating only what the context lacks."""
-        llm, n_prefix = self.llm, len(tt.prefix)
+        llm = self.llm
         if not self.cfg.prefix_reuse:  # the baseline: every prompt from scratch
             llm.reset()
             llm.eval(tokens)
             return self._logits()
+        self._seat(tt, tokens)
+        llm.eval(tokens[llm.n_tokens:])
+        return self._logits()
+
+    def _seat(self, tt: _TaskTokens, tokens: list[int]) -> None:
+        """Leave in the context the longest start of `tokens` it can keep (the task prefix at least; at
+        least one token of `tokens` left to evaluate), restoring or evaluating the prefix if needed."""
+        llm, n_prefix = self.llm, len(tt.prefix)
         have = llm.input_ids[: llm.n_tokens]
         m = min(len(have), len(tokens) - 1)  # at least one token is evaluated, to get its logits
         same = np.flatnonzero(have[:m] != np.asarray(tokens[:m], dtype=have.dtype))
@@ -157,11 +175,25 @@ class LlamaCppBackend:
             # save_state copies one logits row per prefix token (~50 MB for 250 tokens), rows
             # nothing reads without logits_all; one row broadcasts back in load_state.
             tt.state.scores = tt.state.scores[-1:].copy()
-        llm.eval(tokens[llm.n_tokens:])
-        return self._logits()
+
+    def _eval_many(self, tt: _TaskTokens, prompts: list[list[int]]) -> list[np.ndarray]:
+        """Logits after each prompt (each = task prefix + …): `batch_seqs` prompts per multi-sequence decode."""
+        import llama_cpp
+
+        n_prefix = len(tt.prefix)
+        self._seat(tt, tt.prefix + [-1])  # the context holds exactly the prefix
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.llm._ctx.ctx), -1, n_prefix, -1)
+        self.llm.n_tokens = n_prefix
+        out: list[np.ndarray] = []
+        for i in range(0, len(prompts), self._batch_seqs):
+            tree = TokenTree.build([p[n_prefix:] for p in prompts[i:i + self._batch_seqs]])
+            out += decode_tree(self.llm, n_prefix, tree, self._n_vocab)
+        return out
 
     def score(self, task: TaskText, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
         tt = self._task(task)
+        if self._batch_seqs > 1 and len(scenes) * (1 + len(hazards)) > 1:
+            return self._score_batched(tt, scenes, hazards, explain)
         out = []
         for scene in scenes:
             t0 = time.perf_counter()
@@ -173,6 +205,31 @@ class LlamaCppBackend:
                 probs[name] = yes_probability(self._eval(tt, head + tail), yes, no)
             reason = self._reason(tt, head, digits) if explain else None
             out.append(Scored(digits, mass, probs, reason, (time.perf_counter() - t0) * 1e3))
+        return out
+
+    def _score_batched(self, tt: _TaskTokens, scenes: Sequence[SceneDescription], hazards: Sequence[str],
+                       explain: bool) -> list[Scored]:
+        """The same answers as the one-at-a-time loop, from multi-sequence batches (llama_batch.py)."""
+        t0 = time.perf_counter()
+        heads = [tt.prefix + self.tokenize(scene_text(scene)) for scene in scenes]
+        prompts = []
+        for head in heads:  # a scene's prompts side by side: they share its tokens in the tree
+            prompts.append(head + tt.score_tail)
+            prompts += [head + tt.hazards[name][0] for name in hazards]
+        logits = iter(self._eval_many(tt, prompts))
+        out = []
+        for head in heads:
+            digits, mass = digit_probs(next(logits), tt.digits)
+            probs = {}
+            for name in hazards:
+                _, yes, no = tt.hazards[name]
+                probs[name] = yes_probability(next(logits), yes, no)
+            out.append(Scored(digits, mass, probs))
+        for head, s in zip(heads, out):
+            s.reason = self._reason(tt, head, s.digits) if explain else None
+        ms = (time.perf_counter() - t0) * 1e3 / max(len(scenes), 1)
+        for s in out:
+            s.latency_ms = ms
         return out
 
     def _reason(self, tt: _TaskTokens, head: list[int], digits: np.ndarray) -> str:
