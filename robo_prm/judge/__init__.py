@@ -51,7 +51,15 @@ def make_judge(cfg: JudgeConfig | None = None) -> ConfidentJudge:
         from robo_prm.judge.backends.openai import OpenAIBackend
 
         return ConfidentJudge(OpenAIBackend(cfg), cfg, calibrator)
-    raise ValueError(f"judge.backend: unknown backend {cfg.backend!r} (llamacpp, transformers, openai, rules)")
+    if cfg.backend == "distilled":
+        from robo_prm.judge.backends.distilled import DistilledBackend
+        from robo_prm.judge.weights import shipped_distilled
+
+        path = cfg.distilled or shipped_distilled()
+        if path is None:
+            raise ValueError("judge.distilled: no distilled head shipped; give its folder (robo-prm distill --out DIR)")
+        return ConfidentJudge(DistilledBackend(path), cfg, calibrator)
+    raise ValueError(f"judge.backend: unknown backend {cfg.backend!r} (llamacpp, transformers, openai, rules, distilled)")
 
 
 __all__ = ["Backend", "ConfidentJudge", "Judge", "JudgeConfig", "OpenAIConfig", "Scored",
