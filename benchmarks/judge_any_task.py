@@ -100,5 +100,24 @@ def _f(v):
     return "null" if v is None else f"{v:.2f}"
 
 
+def table(names: list[str]) -> str:
+    """Markdown rows of saved results: `python benchmarks/judge_any_task.py table heldout shipped …`."""
+    lines = ["| tasks | judge.fallback | VOC success ↑ | VOC random | fallback rate | hazard P | hazard R | "
+             "reason faithfulness (repeated / reasons) | ms/judgement |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in names:
+        d = json.loads((RESULTS / f"judge_any_task_{name}.json").read_text())
+        for key, run in d["runs"].items():
+            o, rs = run["overall"], d["details"][key]["overall"]["reasons"]
+            ms = "n/a" if o["ms_per_judgement"] is None else f"{o['ms_per_judgement']:.0f}"
+            faith = "n/a" if o["reason_faithfulness"] is None else f"{o['reason_faithfulness']:.2f} ({rs['repeated']} / {rs['reasons']})"
+            lines.append(f"| {name}{' (text-only)' if key.endswith('/text_only') else ''} | {key.split('/')[0]} | "
+                         f"{_f(o['voc_success'])} | {_f(o['voc_random'])} | {_f(o['fallback_rate'])} | "
+                         f"{_f(o['hazard_precision'])} | {_f(o['hazard_recall'])} | {faith} | {ms} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["table"]:
+        print(table(sys.argv[2:]))
+        sys.exit(0)
     sys.exit(main())

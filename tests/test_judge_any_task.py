@@ -115,6 +115,14 @@ def test_blend_by_confidence_weights_the_llm_by_its_confidence():
     assert done.progress == pytest.approx(w * 0.5 + (1 - w) * 1.0)
 
 
+def test_the_default_falls_back_only_to_better_informed_rules():
+    # chosen by measurement (docs/BENCHMARKS.md, "Judge on any task file"): on tasks with milestones it is
+    # the rules fallback, on text-only tasks the LLM's ordering is kept
+    assert JudgeConfig().fallback == "milestones_only"
+    out = ConfidentJudge(_Unsure(), JudgeConfig()).judge(TASK, [MID_TEXT_ONLY, MID_MILESTONES])
+    assert [(o.progress, o.fallback) for o in out] == [(pytest.approx(0.5), False), (pytest.approx(0.4), True)]
+
+
 def test_a_failed_backend_still_gets_the_rules_under_every_policy():
     class Broken(_Unsure):
         def score(self, *a):

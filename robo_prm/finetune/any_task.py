@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from robo_prm.metrics import precision_recall_f1, reason_faithfulness, set_confusion, voc
+from robo_prm.metrics import auroc, precision_recall_f1, reason_faithfulness, set_confusion, voc
 from robo_prm.types import Judgement, SceneDescription, TaskText
 
 KEYS = ("voc_success", "voc_random", "fallback_rate", "hazard_precision", "hazard_recall", "reason_faithfulness",
@@ -151,10 +151,17 @@ def judge_case(judge, case: TaskCase, reasons: int = 3) -> dict:
 def figures(cases: Sequence[TaskCase], records: Sequence[dict], ms: float | None) -> dict:
     """The seven figures (KEYS) pooled over cases, plus the details behind them under "_details"."""
     vs, vr, fb, pairs, reasons = [], [], [], [], []
+    per_hazard: dict[str, tuple[list, list]] = {}  # name → (P(present) asked, truth) for AUROC
     for case, rec in zip(cases, records):
         for ep, js in zip(case.episodes, rec["judged"]):
             (vs if ep.kind == "success" else vr).append(voc([j.progress for j in js]))
             fb += [j.fallback for j in js]
+            for j, truth in zip(js, ep.truth):
+                for h in j.hazards:
+                    if h.name in case.checked:
+                        ps, ts = per_hazard.setdefault(f"{case.name}/{h.name}", ([], []))
+                        ps.append(h.probability)
+                        ts.append(h.name in truth)
             pairs += [(tuple(n for n in j.hazard_names() if n in case.checked), truth) for j, truth in zip(js, ep.truth)]
         reasons += rec["explained"]
     scored = any(case.checked for case in cases)
@@ -165,8 +172,14 @@ def figures(cases: Sequence[TaskCase], records: Sequence[dict], ms: float | None
            "hazard_precision": hz["precision"], "hazard_recall": hz["recall"],
            "reason_faithfulness": rf["faithfulness"], "ms_per_judgement": ms}
     tp, fp, fn = set_confusion(pairs) if scored else (0, 0, 0)
+    from robo_prm.judge.faithfulness import check_reason
+
+    wrong = [{"reason": r, "scene": text, "wrong": check_reason(r, facts, text)["wrong"]} for r, facts, text in reasons
+             if r is not None and not check_reason(r, facts, text)["faithful"]]
     out["_details"] = {"episodes_success": len(vs), "episodes_random": len(vr), "states": len(fb),
-                       "hazard_tp_fp_fn": [tp, fp, fn], "reasons": rf}
+                       "hazard_tp_fp_fn": [tp, fp, fn], "reasons": rf,
+                       "hazard_auroc": {n: {"auroc": auroc(p, t), "positives": int(sum(t)), "n": len(t),
+                                            "mean_p": float(np.mean(p))} for n, (p, t) in per_hazard.items()}, "unfaithful_examples": wrong[:4]}
     return out
 
 

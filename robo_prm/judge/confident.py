@@ -1,9 +1,11 @@
 """`ConfidentJudge`: the one place where a model's raw answer becomes a Judgement.
 
-Every backend goes through it: confidence below the threshold, a missing answer, a backend
-exception or a backend past its deadline (`JudgeDeadline`) → the rules judgement
-(Judgement.fallback=True), counted by cause in `stats()` (fallback_low_confidence,
-fallback_error, fallback_deadline). A failing backend logs one warning per outage (`OutageLog`).
+Every backend goes through it: a missing answer, a backend exception or a backend past its
+deadline (`JudgeDeadline`) → the rules judgement (Judgement.fallback=True); confidence below the
+threshold → what `JudgeConfig.fallback` says (default milestones_only: the rules only where they know
+more than success, `rules_informed`; elsewhere the LLM's own score stands, fallback=False). Fallbacks
+are counted by cause in `stats()` (fallback_low_confidence, fallback_error, fallback_deadline).
+A failing backend logs one warning per outage (`OutageLog`).
 Hazards are merged here as `hazards_from` says (llm / rules / union); every backend's reason is
 cleaned here (`parse.clean_reason`).
 """

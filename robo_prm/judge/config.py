@@ -1,5 +1,5 @@
 """Typed judge config. The defaults are the product defaults: the bundled SmolLM2 GGUF
-through llama.cpp, rules as the fallback, hazards from the simulator where it can check them and from the LLM elsewhere."""
+through llama.cpp, the rules as the fallback where they know more than success (`fallback`), hazards from the simulator where it can check them and from the LLM elsewhere."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,7 +52,7 @@ class JudgeConfig:
     seed: int = opt(0, "sampling seed of the judge")
     confidence_threshold: float = opt(0.7, "below it the `fallback` policy answers instead of the LLM's own score")
     fallback: Literal["rules", "milestones_only", "blend_by_confidence", "none"] = opt(
-        "rules", "below the confidence threshold: rules (the rules judgement, even where it knows only success); "
+        "milestones_only", "below the confidence threshold: rules (the rules judgement, even where it knows only success); "
         "milestones_only (the rules only where they know more than success: milestones, a distance-shaped or a "
         "success state; else the LLM's score stands); blend_by_confidence (there, c/threshold·LLM + rest·rules); "
         "none (the LLM's score always; a failed backend still gets the rules)")
