@@ -13,6 +13,9 @@ class OpenAIConfig:
     """Any OpenAI-compatible server (vLLM, llama.cpp server, Ollama)."""
 
     base_url: str = opt("http://127.0.0.1:8000/v1", "the server's OpenAI API root")
+    base_urls: list[str] = opt([], "several servers of the same model (replaces base_url): requests are spread over "
+                                   "them, a failed or cooling-down server's requests go to the others")
+    concurrency: int = opt(4, min=1, help="requests in flight at once in one judge call (scenes scored in parallel)")
     model: str = opt("default", "the served model's name; llama.cpp's server accepts any")
     api_key_env: str = opt("OPENAI_API_KEY", "name of the env var holding the key (the key is never logged)")
     timeout_s: float = opt(30.0, "longest single wait on the socket (connect or one read); deadline_s bounds the whole request")

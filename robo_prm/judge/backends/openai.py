@@ -23,6 +23,13 @@ the server is skipped for `cooldown_s` (doubling with each further failed call o
 outage, at most 8x), so a dead or dripping server costs training one deadline per cooldown. (A
 call deadline that passes after some answers came back is a slow batch, not a dead server: no
 cooldown.) The API key is read from the env var `openai.api_key_env` and never logged.
+
+Several servers (`openai.base_urls`): each request goes to the next server in turn that is not
+cooling down; one that fails (its retries spent) starts its cooldown, with one warning, and the
+request moves on to the next server while its deadline lasts, so a dead server among live ones
+costs no fallback. The scenes of one call are scored `openai.concurrency` at a time (a thread each;
+a scene's score, hazard and reason requests stay in order), which is how a server's parallel slots
+(llama.cpp `--parallel`, vLLM's continuous batching) and several servers are kept busy.
 """
 from __future__ import annotations
 
@@ -31,7 +38,9 @@ import json
 import logging
 import math
 import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -64,51 +73,84 @@ class ClientError(ValueError):
     """A 4xx answer (other than 408/429): the request itself is wrong, retrying will not help."""
 
 
+class _Server:
+    """One server's URL and its health: cooldown until `down_until` after `down`, failed calls in a row."""
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+        self.down_until = 0.0
+        self.down: Exception | None = None
+        self.failed_calls = 0
+
+
 class OpenAIBackend:
     name = "openai"
 
     def __init__(self, cfg: JudgeConfig):
         self.cfg, self.oc = cfg, cfg.openai
-        self.url = self.oc.base_url.rstrip("/")
-        self.where = self.url  # named in ConfidentJudge's outage warning
+        self.servers = [_Server(u) for u in (self.oc.base_urls or [self.oc.base_url])]
+        self.url = self.servers[0].url
+        self.where = ", ".join(s.url for s in self.servers)  # named in ConfidentJudge's outage warning
         self.render = jinja_renderer(Path(self.oc.chat_template).read_text()) if self.oc.chat_template else chatml
         self.logprobs: bool | None = None  # unknown until the server answers once
-        self._down_until = 0.0
-        self._down: Exception | None = None  # why the server is skipped until _down_until
-        self._failed_calls = 0  # failed calls in a row (the cooldown doubles with each)
+        self._lock = threading.Lock()  # server health, the turn, the call's counters
+        self._turn = 0
         self._call_end = math.inf  # time.monotonic() by which the current score() call must end
         self._answered = 0  # requests answered in the current score() call
         self._prompts: dict[tuple, Any] = {}
+        self._pool: ThreadPoolExecutor | None = None
 
     # ---- HTTP ----------------------------------------------------------------------
-    def _mark_down(self, exc: Exception) -> Exception:
-        self._failed_calls += 1
-        self._down = exc
-        self._down_until = time.monotonic() + self.oc.cooldown_s * min(2 ** (self._failed_calls - 1), 8)
+    def _mark_down(self, server: _Server, exc: Exception) -> Exception:
+        with self._lock:
+            server.failed_calls += 1
+            server.down = exc
+            server.down_until = time.monotonic() + self.oc.cooldown_s * min(2 ** (server.failed_calls - 1), 8)
+        if len(self.servers) > 1 and server.failed_calls == 1:  # one server of several: the others answer
+            log.warning("judge server %s failed (%s); skipping it for %.0f s", server.url, exc, self.oc.cooldown_s)
         return exc
 
+    def _order(self) -> list[_Server]:
+        """The servers to try, this request's turn first; those cooling down are left out."""
+        with self._lock:
+            k = self._turn % len(self.servers)
+            self._turn += 1
+            now = time.monotonic()
+            return [s for s in self.servers[k:] + self.servers[:k] if now >= s.down_until]
+
     def _post(self, body: dict) -> dict:
-        if time.monotonic() < self._down_until:  # same cause as the failure that started the cooldown
-            cls = JudgeDeadline if isinstance(self._down, JudgeDeadline) else ServerUnavailable
-            raise cls(f"{self.url} skipped for {self._down_until - time.monotonic():.1f} s more after: {self._down}")
+        order = self._order()
+        if not order:  # every server cools down: the same cause as the failure that started the nearest one
+            s = min(self.servers, key=lambda x: x.down_until)
+            cls = JudgeDeadline if isinstance(s.down, JudgeDeadline) else ServerUnavailable
+            raise cls(f"{s.url} skipped for {s.down_until - time.monotonic():.1f} s more after: {s.down}")
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.oc.api_key_env)
         if key:
             headers["Authorization"] = f"Bearer {key}"
         data = json.dumps({"model": self.oc.model, **body}).encode()
-        delay, last = self.oc.backoff_s, ""
-        own_end = time.monotonic() + self.oc.deadline_s
+        own_end = time.monotonic() + self.oc.deadline_s  # one deadline for the request, whichever server answers
+        for i, server in enumerate(order):
+            try:
+                return self._post_to(server, data, headers, own_end)
+            except (ServerUnavailable, JudgeDeadline):
+                if i + 1 == len(order) or time.monotonic() >= min(own_end, self._call_end):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _post_to(self, server: _Server, data: bytes, headers: dict, own_end: float) -> dict:
         deadline = min(own_end, self._call_end)
+        url = f"{server.url}/completions"
+        delay, last = self.oc.backoff_s, ""
         for attempt in range(self.oc.retries + 1):
             try:
-                status, raw = post(f"{self.url}/completions", data, headers, deadline, self.oc.timeout_s,
-                                   self.oc.max_response_bytes)
+                status, raw = post(url, data, headers, deadline, self.oc.timeout_s, self.oc.max_response_bytes)
             except JudgeDeadline:
                 if own_end > self._call_end and self._answered:  # a slow batch: the server itself answers
-                    raise JudgeDeadline(f"{self.url}/completions: the {self.oc.call_deadline_s:g} s call deadline "
+                    raise JudgeDeadline(f"{url}: the {self.oc.call_deadline_s:g} s call deadline "
                                         f"passed after {self._answered} answered request(s)") from None
-                raise self._mark_down(JudgeDeadline(
-                    f"{self.url}/completions: no complete answer within the {self.oc.deadline_s:g} s deadline")) from None
+                raise self._mark_down(server, JudgeDeadline(
+                    f"{url}: no complete answer within the {self.oc.deadline_s:g} s deadline")) from None
             except (OSError, http.client.HTTPException) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             else:
@@ -120,19 +162,20 @@ class OpenAIBackend:
                         last = f"bad JSON: {str(exc)[:200]}"
                     else:
                         if isinstance(out, dict):
-                            self._failed_calls = 0
-                            self._answered += 1
+                            with self._lock:
+                                server.failed_calls = 0
+                                self._answered += 1
                             return out
                         last = f"bad JSON: {type(out).__name__}, not an object"
                 elif 400 <= status < 500 and status not in (408, 429):
-                    raise ClientError(f"{self.url}/completions: HTTP {status}: {text[:300]}")
+                    raise ClientError(f"{url}: HTTP {status}: {text[:300]}")
                 else:
                     last = f"HTTP {status}: {text[:300]}"
             if attempt == self.oc.retries or time.monotonic() + delay >= deadline:
                 break  # no time for another try: the failure, not the deadline, is the cause
             time.sleep(delay)
             delay *= 2
-        raise self._mark_down(ServerUnavailable(f"{self.url}/completions: {last} (after {attempt + 1} tries)"))
+        raise self._mark_down(server, ServerUnavailable(f"{url}: {last} (after {attempt + 1} tries)"))
 
     def _complete(self, prompt: str, max_tokens: int, logprobs: bool, temperature: float = 0.0, seed: int | None = None) -> dict:
         body: dict = {"prompt": prompt, "max_tokens": max_tokens, "temperature": temperature,
@@ -141,7 +184,7 @@ class OpenAIBackend:
             body["logprobs"] = self.oc.top_logprobs
         choices = self._post(body).get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise self._mark_down(ServerUnavailable(f"{self.url}/completions: no choices in the answer"))
+            raise ServerUnavailable(f"{self.where}: no choices in the answer")
         return choices[0]
 
     @staticmethod
@@ -173,25 +216,53 @@ class OpenAIBackend:
         self._answered = 0
         out: list[Scored] = []
         try:
-            for scene in scenes:
-                t0 = time.perf_counter()
-                head = prompt.prefix + scene_text(scene)
-                s = None
-                if self.logprobs is not False:
-                    s = self._score_logprobs(prompt, head, hazards)
-                if s is None:
-                    s = self._score_votes(task, head + prompt.score_tail, hazards, explain)
-                elif explain:  # the raw first line; ConfidentJudge cleans every backend's reason alike
-                    tail = prompt.reason_tails[expected_digit(s.digits)]
-                    s.reason = str(self._complete(head + tail, self.cfg.reason_tokens, False).get("text", ""))
-                s.latency_ms = (time.perf_counter() - t0) * 1e3
-                out.append(s)
+            if self.oc.concurrency > 1 and len(scenes) > 1 and self.logprobs is not None:
+                out = self._score_parallel(prompt, task, scenes, hazards, explain)
+            else:  # one at a time (and always until the first answer says whether the server gives logprobs)
+                for scene in scenes:
+                    out.append(self._score_one(prompt, task, scene, hazards, explain))
         except JudgeDeadline as exc:
-            exc.answered = out  # the scenes finished in time keep their answers
+            exc.answered = exc.answered or out  # the scenes finished in time keep their answers
             raise
         finally:
             self._call_end = math.inf
         return out
+
+    def _score_parallel(self, prompt, task: TaskText, scenes: Sequence[SceneDescription], hazards: Sequence[str],
+                        explain: bool) -> list[Scored]:
+        """`concurrency` scenes in flight; a deadline keeps the answers of the first scenes that all finished."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.oc.concurrency, thread_name_prefix="robo_prm-openai")
+        futures = [self._pool.submit(self._score_one, prompt, task, scene, hazards, explain) for scene in scenes]
+        out: list[Scored] = []
+        first: BaseException | None = None
+        for f in futures:
+            try:
+                s = f.result()
+            except BaseException as exc:  # noqa: BLE001 — the first failure in scene order is raised below
+                first = first or exc
+                continue
+            if first is None:
+                out.append(s)
+        if isinstance(first, JudgeDeadline):
+            first.answered = out
+        if first is not None:
+            raise first
+        return out
+
+    def _score_one(self, prompt, task: TaskText, scene: SceneDescription, hazards: Sequence[str], explain: bool) -> Scored:
+        t0 = time.perf_counter()
+        head = prompt.prefix + scene_text(scene)
+        s = None
+        if self.logprobs is not False:
+            s = self._score_logprobs(prompt, head, hazards)
+        if s is None:
+            s = self._score_votes(task, head + prompt.score_tail, hazards, explain)
+        elif explain:  # the raw first line; ConfidentJudge cleans every backend's reason alike
+            tail = prompt.reason_tails[expected_digit(s.digits)]
+            s.reason = str(self._complete(head + tail, self.cfg.reason_tokens, False).get("text", ""))
+        s.latency_ms = (time.perf_counter() - t0) * 1e3
+        return s
 
     def _score_logprobs(self, prompt, head: str, hazards: Sequence[str]) -> Scored | None:
         import numpy as np
@@ -245,3 +316,6 @@ class OpenAIBackend:
 
     def close(self) -> None:
         self._prompts.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
