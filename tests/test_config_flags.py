@@ -104,7 +104,7 @@ def _differs(tp, value):
     if tp is str:
         return "some dir/x_1" if value is None else f"{value}_x"
     if origin is list:
-        return value[:-1]
+        return value[:-1] if value else [_differs(typing.get_args(tp)[0], None)]
     if origin is dict:
         return {"learning_starts": 7, "policy_kwargs": {"net_arch": [8, 8]}, "learning_rate": 1e-05, "note": "0012"}
     raise AssertionError(f"no changed value for {tp}")
