@@ -128,3 +128,23 @@ def test_equal_texts_in_one_call_are_scored_once():
     out = judge.judge(task, [a, b, c, a])
     assert judge.backend.asked == [[a.text, b.text]]
     assert out[0].progress == out[2].progress == out[3].progress != out[1].progress
+
+
+def test_transformers_batches_with_the_prefix_cache_equal_whole_prompts_one_at_a_time(tiny_llama):
+    from robo_prm.judge import TransformersConfig
+
+    task = load_task("push_tool_from_edge").text
+    cfg = JudgeConfig(backend="transformers", model=tiny_llama[0], confidence_threshold=0.0, cache_size=0)
+    batched = make_judge(dataclasses.replace(cfg, transformers=TransformersConfig(batch_size=16))).backend
+    got = batched.score(task, SCENES, HAZARDS, explain=False)
+    _, prefix, tail, digits, hz = batched._task(task)
+    for scene, s in zip(SCENES, got):  # each prompt whole, alone, no cache
+        head = prefix + batched.tokenize(scene.text)
+        rows = [head + tail] + [head + hz[name][0] for name in HAZARDS]
+        logits = np.concatenate([batched.last_logits([r]) for r in rows])
+        p = np.exp(logits[0] - logits[0].max())
+        np.testing.assert_allclose(s.digits, p[digits] / p[digits].sum(), atol=1e-6)
+        for name, row in zip(HAZARDS, logits[1:]):
+            q = np.exp(row - row.max())
+            _, yes, no = hz[name]
+            assert s.hazards[name] == pytest.approx(q[yes].sum() / (q[yes].sum() + q[no].sum()), abs=1e-6)

@@ -2,8 +2,12 @@
 to fp32; needs `gguf`), optionally with a peft LoRA adapter merged in.
 
 All rows of a batch – one per scene for the score, one per (scene, hazard) question – go
-through one left-padded forward pass per `batch_size` rows, reading only the last
-position's logits. Uses the process's torch thread setting (training decides it).
+through one forward pass per `batch_size` rows, reading only the last position's logits. Every
+row starts with the task prefix, whose KV cache is computed once per task and shared by the
+rows of a pass (expanded to the batch); only the rows' own tokens are evaluated, left-padded
+after the prefix (the padding masked out, positions counted from the prefix), so a row's
+logits are those of its whole prompt alone (tested). Uses the process's torch thread setting
+(training decides it).
 
 Bounds: no clock. A call's work is fixed by token counts: one forward pass per `batch_size` rows
 (a scene's score and each hazard asked are one row each, at most the prompt's tokens long), plus
@@ -11,6 +15,7 @@ one `generate` of at most `reason_tokens` new tokens when `explain` is set; noth
 """
 from __future__ import annotations
 
+import copy
 import os
 import time
 from typing import Any, Sequence
@@ -60,6 +65,7 @@ class TransformersBackend:
         else:
             self.render = chatml
         self._tasks: dict[tuple, Any] = {}
+        self._prefix_kv: dict[tuple, Any] = {}  # task key → the prefix's KV cache (batch 1)
 
     def tokenize(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False))
@@ -91,13 +97,35 @@ class TransformersBackend:
         return ids, mask, pos
 
     def last_logits(self, rows: list[list[int]]) -> np.ndarray:
-        """Next-token logits after each row, `batch_size` rows per forward pass."""
+        """Next-token logits after each row (whole prompts), `batch_size` rows per left-padded forward pass."""
         out = []
         bs = max(1, self.cfg.transformers.batch_size)
         with self.torch.inference_mode():
             for i in range(0, len(rows), bs):
                 ids, mask, pos = self._batch(rows[i:i + bs])
                 logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1).logits
+                out.append(logits[:, -1, :].double().numpy())
+        return np.concatenate(out, axis=0)
+
+    def prefixed_logits(self, key: tuple, prefix: list[int], rows: list[list[int]]) -> np.ndarray:
+        """`last_logits` for rows that all start with `prefix`: its KV cache is computed once (per task `key`)
+        and each pass evaluates only the rows' own tokens after it."""
+        torch, n = self.torch, len(prefix)
+        if any(r[:n] != prefix or len(r) <= n for r in rows):
+            return self.last_logits(rows)
+        with torch.inference_mode():
+            if key not in self._prefix_kv:
+                self._prefix_kv[key] = self.model(input_ids=torch.tensor([prefix]), use_cache=True).past_key_values
+            out = []
+            bs = max(1, self.cfg.transformers.batch_size)
+            for i in range(0, len(rows), bs):
+                part = [r[n:] for r in rows[i:i + bs]]
+                ids, mask, pos = self._batch(part)
+                cache = copy.deepcopy(self._prefix_kv[key])
+                cache.batch_repeat_interleave(len(part))
+                mask = torch.cat([torch.ones((len(part), n), dtype=mask.dtype), mask], dim=1)
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos + n, past_key_values=cache,
+                                    use_cache=True, logits_to_keep=1).logits
                 out.append(logits[:, -1, :].double().numpy())
         return np.concatenate(out, axis=0)
 
@@ -109,7 +137,7 @@ class TransformersBackend:
         asked = [(name, hz[name]) for name in hazards]
         for h in heads:
             rows += [h + tail for _, (tail, _, _) in asked]
-        logits = self.last_logits(rows)
+        logits = self.prefixed_logits(task.key, prefix, rows)
         n, k = len(scenes), len(asked)
         out = []
         for i in range(n):
@@ -138,3 +166,4 @@ class TransformersBackend:
     def close(self) -> None:
         self.model = None
         self._tasks.clear()
+        self._prefix_kv.clear()
