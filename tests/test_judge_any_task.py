@@ -31,6 +31,8 @@ HELD_TEXT = "The gripper is closed around the screwdriver. The screwdriver is he
     ("The hammer is in the blue bin.", HAMMER_FACTS, HAMMER_TEXT, False),
     ("The hammer is not in the bin yet.", HAMMER_FACTS, HAMMER_TEXT, True),
     ("The robot is holding the hammer.", HAMMER_FACTS, HAMMER_TEXT, False),
+    ("The gripper is open and ready to grasp the hammer.", HAMMER_FACTS, HAMMER_TEXT, True),  # an intention, no claim
+    ("The gripper is not closed.", ("gripper_closed", "distance(gripper, hammer) = 15 cm"), "", False),
     ("Some progress; the task is not finished.", HAMMER_FACTS, HAMMER_TEXT, True),  # no claim: nothing to contradict
     ("The glass cup stands in the bin.", CUP_FACTS, CUP_TEXT, True),  # 'bin' names the blue bin
     ("The glass cup is in the green tray.", CUP_FACTS, CUP_TEXT, False),

@@ -179,7 +179,8 @@ def figures(cases: Sequence[TaskCase], records: Sequence[dict], ms: float | None
     out["_details"] = {"episodes_success": len(vs), "episodes_random": len(vr), "states": len(fb),
                        "hazard_tp_fp_fn": [tp, fp, fn], "reasons": rf,
                        "hazard_auroc": {n: {"auroc": auroc(p, t), "positives": int(sum(t)), "n": len(t),
-                                            "mean_p": float(np.mean(p))} for n, (p, t) in per_hazard.items()}, "unfaithful_examples": wrong[:4]}
+                                            "mean_p": float(np.mean(p))} for n, (p, t) in per_hazard.items()},
+                       "unfaithful_examples": wrong[:4], "reasons_judged": [[r, list(f), t] for r, f, t in reasons]}
     return out
 
 

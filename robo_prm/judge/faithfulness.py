@@ -124,7 +124,7 @@ def reason_claims(reason: str, scene: SceneClaims) -> list[tuple[tuple, object]]
         for m in re.finditer(r"\b(?:is |are )?(?:at|touching|touches|on) the (" + obj + r")\b", sent):
             if subject == "gripper" and not neg:
                 out.append((("gripper", "rel", m.group(1)), "touching"))
-        for m in re.finditer(r"\b(?:holding|holds|held|grasp(?:s|ed|ing)?|gripping|closed around|picked up|carrying)"
+        for m in re.finditer(r"(?<!to )\b(?:holding|holds|held|grasp(?:s|ed|ing)|gripping|closed around|picked up|carrying)"
                              r"(?: up)?(?: the)? (" + obj + r")\b", sent):
             out.append(((m.group(1), "held"), not neg))
         for w in scene.objects:
