@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -51,6 +52,7 @@ def compare_run(variant: str, seed: int, args, report: Path) -> dict:
         cli("train", *config, *common(args), "--seed", str(seed), "--runs_dir", str(run_dir.parent), "--run_name", name,
             "--checkpoint_every", "0")
         (run_dir / "wall_s.txt").write_text(f"{time.perf_counter() - t0:.1f}\n")
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # ~1 GB of replay buffer each; final_model.zip stays
     from robo_prm.train.tune import objective_value
 
     history = json.loads((run_dir / "eval" / "eval_history.json").read_text())
