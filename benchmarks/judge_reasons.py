@@ -52,5 +52,25 @@ def main(argv=None) -> int:
     return 0
 
 
+def rescore(name: str) -> dict:
+    """Recompute the figures of a saved run with the current claim reader (`judge_reasons.py rescore NAME`)."""
+    from robo_prm.metrics import reason_faithfulness
+
+    path = RESULTS / f"judge_reasons_{name}.json"
+    out = json.loads(path.read_text())
+    every = []
+    for t in out["tasks"].values():
+        triples = [tuple(x) for x in t["reasons"]]
+        t["figure"] = reason_faithfulness(triples)
+        every += triples
+    out["overall"] = reason_faithfulness(every)
+    path.write_text(json.dumps(out, indent=1))
+    return out
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["rescore"]:
+        o = rescore(sys.argv[2])
+        print({n: t["figure"]["faithfulness"] for n, t in o["tasks"].items()}, o["overall"])
+        sys.exit(0)
     sys.exit(main())

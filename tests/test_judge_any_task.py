@@ -33,6 +33,9 @@ HELD_TEXT = "The gripper is closed around the screwdriver. The screwdriver is he
     ("The robot is holding the hammer.", HAMMER_FACTS, HAMMER_TEXT, False),
     ("The gripper is open and ready to grasp the hammer.", HAMMER_FACTS, HAMMER_TEXT, True),  # an intention, no claim
     ("The gripper is not closed.", ("gripper_closed", "distance(gripper, hammer) = 15 cm"), "", False),
+    # a negation counts for the words right after it, not for the whole sentence
+    ("The glass cup is moving fast and is not starting to fall off.", CUP_FACTS + ("moving(glass cup)",), CUP_TEXT, True),
+    ("The glass cup is not moving fast.", CUP_FACTS + ("moving(glass cup)",), CUP_TEXT, False),
     ("Some progress; the task is not finished.", HAMMER_FACTS, HAMMER_TEXT, True),  # no claim: nothing to contradict
     ("The glass cup stands in the bin.", CUP_FACTS, CUP_TEXT, True),  # 'bin' names the blue bin
     ("The glass cup is in the green tray.", CUP_FACTS, CUP_TEXT, False),

@@ -93,6 +93,11 @@ def scene_claims(facts: Sequence[str], text: str = "") -> SceneClaims:
     return SceneClaims(v, tuple(dict.fromkeys(objects)), tuple(dict.fromkeys(places)))
 
 
+def _neg_before(sent: str, m: re.Match) -> bool:
+    """A negation in the few words before a match ("is not moving fast"), not anywhere in the sentence."""
+    return bool(_NOT.search(sent[max(0, m.start() - 24):m.start()]))
+
+
 def _words_re(words: Iterable[str]) -> str:
     return "|".join(re.escape(w) for w in sorted(set(words), key=len, reverse=True) if w) or r"(?!x)x"
 
@@ -126,7 +131,7 @@ def reason_claims(reason: str, scene: SceneClaims) -> list[tuple[tuple, object]]
                 out.append((("gripper", "rel", m.group(1)), "touching"))
         for m in re.finditer(r"(?<!to )\b(?:holding|holds|held|grasp(?:s|ed|ing)|gripping|closed around|picked up|carrying)"
                              r"(?: up)?(?: the)? (" + obj + r")\b", sent):
-            out.append(((m.group(1), "held"), not neg))
+            out.append(((m.group(1), "held"), not _neg_before(sent, m)))
         for w in scene.objects:
             if re.search(r"\b(?:the )?" + re.escape(w) + r" (?:is |has been )?(?:held|grasped|in the gripper)\b", sent):
                 out.append(((w, "held"), not neg))
@@ -135,20 +140,22 @@ def reason_claims(reason: str, scene: SceneClaims) -> list[tuple[tuple, object]]
         if subject in scene.objects:
             w = subject
             for m in re.finditer(r"\b(?:in|inside|into) the (" + place + r")\b", sent):
-                out.append(((w, "in"), ("not", m.group(1)) if neg else m.group(1)))
-            if re.search(r"\b(?:near|at|close to|on|by) the (?:very )?(?:\w+ )?edge\b|\bedge of the\b", sent):
-                out.append(((w, "near_edge"), not re.search(r"\b(?:away|far) from the (?:\w+ )?edge\b", sent) and not neg))
+                out.append(((w, "in"), ("not", m.group(1)) if _neg_before(sent, m) else m.group(1)))
+            m = re.search(r"\b(?:near|at|close to|on|by) the (?:very )?(?:\w+ )?edge\b|\bedge of the\b", sent)
+            if m:
+                far = re.search(r"\b(?:away|far) from the (?:\w+ )?edge\b", sent)
+                out.append(((w, "near_edge"), not far and not _neg_before(sent, m)))
             m = re.search(_CM + r" from the (?:front |back |left |right )?edge\b", sent)
             if m:
                 out.append(((w, "edge_bucket"), _bucket_of(float(m.group(1)))))
-            if re.search(r"\b(?:fallen|fell|dropped) off\b|\bon the floor\b", sent):
-                out.append(((w, "fallen"), not neg))
-            if re.search(r"\btipped( over)?\b|\bknocked over\b|\bon its side\b", sent):
-                out.append(((w, "upright"), neg))
-            elif re.search(r"\b(?:stands|standing|upright)\b", sent):
-                out.append(((w, "upright"), not neg))
-            if re.search(r"\bmoving fast\b|\bsliding\b", sent):
-                out.append(((w, "moving"), not neg))
+            if m := re.search(r"\b(?:fallen|fell|dropped) off\b|\bon the floor\b", sent):
+                out.append(((w, "fallen"), not _neg_before(sent, m)))
+            if m := re.search(r"\btipped( over)?\b|\bknocked over\b|\bon its side\b", sent):
+                out.append(((w, "upright"), _neg_before(sent, m)))
+            elif m := re.search(r"\b(?:stands|standing|upright)\b", sent):
+                out.append(((w, "upright"), not _neg_before(sent, m)))
+            if m := re.search(r"\bmoving fast\b|\bsliding\b", sent):
+                out.append(((w, "moving"), not _neg_before(sent, m)))
     return out
 
 
