@@ -191,3 +191,20 @@ def test_ppo_rollouts_hold_the_sync_rewards_and_advantages(tmp_path):
         np.testing.assert_allclose(r1, r0, rtol=0, atol=1e-5)
         np.testing.assert_allclose(a1, a0, rtol=0, atol=1e-4)
     assert st["async_provisional_steps"] > 0 and st["relabel_lost"] == 0
+
+
+def test_the_worker_thread_runs_at_the_niceness_asked():
+    import os
+
+    from robo_prm.reward.async_judge import JudgeWorker
+
+    if not hasattr(os, "getpriority"):
+        pytest.skip("no thread priorities here")
+    worker = JudgeWorker(lambda scenes: [None] * len(scenes), batch=2, capacity=4, nice=7)
+    try:
+        [ticket] = [worker.submit(SceneDescription("x", ()))]
+        worker.wait([ticket])  # a broken judge_fn: the ticket still gets a (fallback) judgement
+        assert ticket.judgement.fallback and os.getpriority(os.PRIO_PROCESS, worker.thread.native_id) == 7
+        assert os.getpriority(os.PRIO_PROCESS, 0) == 0  # the training thread keeps its own
+    finally:
+        worker.close()

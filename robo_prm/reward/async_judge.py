@@ -26,6 +26,7 @@ serialises its calls.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -76,8 +77,9 @@ class JudgeWorker:
     """A thread that judges queued tickets, up to `batch` per call of `judge_fn` (list of scenes → list of
     Judgements, never raising: the blend's `call_judge` falls back to rules itself)."""
 
-    def __init__(self, judge_fn: Callable[[list[SceneDescription]], list[Judgement]], batch: int, capacity: int):
-        self.judge_fn, self.batch, self.capacity = judge_fn, batch, capacity
+    def __init__(self, judge_fn: Callable[[list[SceneDescription]], list[Judgement]], batch: int, capacity: int,
+                 nice: int = 0):
+        self.judge_fn, self.batch, self.capacity, self.nice = judge_fn, batch, capacity, nice
         self.cond = threading.Condition()
         self.queue: deque[Ticket] = deque()
         self.busy = 0  # tickets taken off the queue and not yet answered
@@ -105,6 +107,11 @@ class JudgeWorker:
                 self.cond.wait(timeout=1.0)
 
     def _run(self) -> None:
+        if self.nice > 0:  # Linux: a thread's niceness is its own (and inherited by threads it starts)
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
+            except (AttributeError, OSError) as exc:
+                log.info("could not lower the judge worker's priority: %s", exc)
         while True:
             with self.cond:
                 self.cond.wait_for(lambda: self.queue or self.stopped)
@@ -149,7 +156,8 @@ class AsyncJudging:
         cfg = blend.cfg
         if not isinstance(blend.judge, LockedJudge):
             blend.judge = LockedJudge(blend.judge)
-        self.worker = JudgeWorker(lambda scenes: blend.call_judge(scenes, explain=False), cfg.async_batch, cfg.async_queue)
+        self.worker = JudgeWorker(lambda scenes: blend.call_judge(scenes, explain=False), cfg.async_batch, cfg.async_queue,
+                                  cfg.async_nice)
         self.pending: deque = deque()  # StepRecords, oldest first
         self.listeners: list[Callable[[int, np.ndarray, np.ndarray], None]] = []
         self.stat_sources: list[Callable[[], dict]] = []
