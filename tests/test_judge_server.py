@@ -3,6 +3,7 @@ serving the bundled SmolLM2 GGUF on 127.0.0.1), and against a dead port."""
 from __future__ import annotations
 
 import http.client
+import contextlib
 import logging
 import socket
 import subprocess
@@ -40,36 +41,47 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def llama_servers(folder, n: int = 1, ready_s: float = 90.0):
+    """n `llama_cpp.server` processes serving the bundled GGUF on 127.0.0.1 (one thread each); yields their
+    /v1 URLs once each answers /models, and stops them at the end."""
+    pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[server]")
+    ports, procs = [_free_port() for _ in range(n)], []
+    for k, port in enumerate(ports):
+        with open(folder / f"server{k}.log", "wb") as out:
+            procs.append(subprocess.Popen([sys.executable, "-c", SERVER, "--model", bundled_model_path(), "--host",
+                                           "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "1"],
+                                          stdout=out, stderr=subprocess.STDOUT))
+    urls = [f"http://127.0.0.1:{p}/v1" for p in ports]
+    try:
+        deadline = time.monotonic() + ready_s
+        for k, (proc, url) in enumerate(zip(procs, urls)):
+            while True:
+                if proc.poll() is not None:
+                    pytest.fail(f"server {k} exited with {proc.returncode}: {(folder / f'server{k}.log').read_text()[-2000:]}")
+                try:
+                    urllib.request.urlopen(f"{url}/models", timeout=1).read()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"server {k} not ready after {ready_s:.0f} s")
+                    time.sleep(0.2)
+        yield urls
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[server]")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", SERVER, "--model", bundled_model_path(), "--host", "127.0.0.1",
-                                 "--port", str(port), "--n_ctx", "2048", "--n_threads", "1"],
-                                stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                urllib.request.urlopen(f"{url}/models", timeout=1).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("server not ready after 60 s")
-                time.sleep(0.2)
+    with llama_servers(tmp_path_factory.mktemp("server"), 1, ready_s=60) as (url,):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_openai_backend_judges_with_logprobs(server):

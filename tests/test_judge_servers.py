@@ -5,60 +5,24 @@ moves to the live one without a fallback; a hanging one costs one deadline, then
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 import time
-import urllib.request
 
 import pytest
 
 from robo_prm.envs.task import load_task
-from robo_prm.judge import JudgeConfig, OpenAIConfig, bundled_model_path, make_judge
+from robo_prm.judge import JudgeConfig, OpenAIConfig, make_judge
 from robo_prm.types import SceneDescription
 from test_judge_faults import DEADLINE, SLACK, FakeServer
-from test_judge_server import SERVER, _free_port
+from test_judge_server import _free_port, llama_servers
 
 SCENES = [SceneDescription(f"The gripper is open {5 + 3 * i} cm above the hammer. The hammer lies {2 + i % 3} cm from "
                            f"the front edge of the table.", (), i % 3, 2) for i in range(5)]
 
 
-def _start(port: int, log_path):
-    with open(log_path, "wb") as out:
-        return subprocess.Popen([sys.executable, "-c", SERVER, "--model", bundled_model_path(), "--host", "127.0.0.1",
-                                 "--port", str(port), "--n_ctx", "2048", "--n_threads", "1"],
-                                stdout=out, stderr=subprocess.STDOUT)
-
-
 @pytest.fixture(scope="module")
 def two_servers(tmp_path_factory):
-    pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[server]")
-    folder = tmp_path_factory.mktemp("servers")
-    ports = [_free_port(), _free_port()]
-    procs = [_start(p, folder / f"server{k}.log") for k, p in enumerate(ports)]
-    urls = [f"http://127.0.0.1:{p}/v1" for p in ports]
-    try:
-        deadline = time.monotonic() + 90
-        for k, (proc, url) in enumerate(zip(procs, urls)):
-            while True:
-                if proc.poll() is not None:
-                    pytest.fail(f"server {k} exited with {proc.returncode}: {(folder / f'server{k}.log').read_text()[-2000:]}")
-                try:
-                    urllib.request.urlopen(f"{url}/models", timeout=1).read()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        pytest.fail("servers not ready after 90 s")
-                    time.sleep(0.2)
+    with llama_servers(tmp_path_factory.mktemp("servers"), 2) as urls:
         yield urls
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 @pytest.fixture
