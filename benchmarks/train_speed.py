@@ -8,7 +8,8 @@ Variants, each `robo-prm train` on reach_tool in a fresh child process (`train(c
 no evaluation during training, no recordings, no checkpoints):
   env        the environment's own (sparse) reward: no judge, the speed reference
   llm_sync   the default blended reward with the bundled fine-tuned LLM judge, judged on the step path
-  llm_async  the same with `--reward.async true` (judge worker thread, relabelled buffers)
+  llm_async  the same with `--reward.async true` (judge worker thread at niceness 10, relabelled buffers)
+  (llm_async_nice0, with `--variants`: the worker at the training thread's priority; details file only)
 for SAC (1 env) and PPO with 8 envs ("ppo8"). Steps/s = env steps of `model.learn` over its wall time
 (the async variant's final flush included). Rounds alternate the variant order (env, sync, async, then
 async, sync, env, …) so a drift of the shared machine's load hits every variant alike; the figures are
@@ -16,7 +17,7 @@ means over rounds. Every finished variant is appended to benchmarks/results/trai
 the JSON rewritten, so an interrupted run keeps what it measured.
 
 judge_batch: judgements/s of the default judge (llama.cpp, the shipped fine-tuned GGUF, answer cache
-off) on distinct scene texts from random-policy rollouts (benchmarks/judge_speed.py), 1 scene per
+off) on distinct scene texts from random-policy episodes of reach_tool, judged for reach_tool, 1 scene per
 call vs 8 per call (one multi-sequence batch), at each of `--judge_threads` (judge_batch reports the
 first). `--hf` adds the transformers backend's figures to the details file
 (benchmarks/results/train_speed_detail.json, with every row and the ratios to `env`).
@@ -34,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 VARIANTS = {"env": ["--reward_source", "env"], "llm_sync": [], "llm_async": ["--reward.async", "true"]}
+EXTRA_VARIANTS = {"llm_async_nice0": ["--reward.async", "true", "--reward.async_nice", "0"]}  # details only
 ALGOS = {"sac": ["--algo", "sac"], "ppo8": ["--algo", "ppo", "--n_envs", "8"]}
 COMMON = ["--task", "reach_tool", "--eval.every_steps", "0", "--eval.episodes", "1", "--eval.record", "0",
           "--record.every_episodes", "0", "--checkpoint_every", "0", "--progress_bar", "false"]
@@ -67,14 +69,11 @@ def child_train(argv: list[str]) -> dict:
 
 def child_judge(n: int, backend: str, threads: int) -> dict:
     """Judgements/s of the default judge (or `backend`) at 1 and 8 scenes per call, answer cache off."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from judge_speed import scenes
-
     from robo_prm.envs.task import load_task
     from robo_prm.judge import JudgeConfig, make_judge
 
-    task = load_task("push_tool_from_edge").text
-    data, source = scenes(n + 8)
+    task = load_task("reach_tool").text
+    data, source = distinct_scenes(n + 8)
     warm, data = data[:8], data[8:]
     import torch
 
@@ -91,6 +90,38 @@ def child_judge(n: int, backend: str, threads: int) -> dict:
     out["load_after"] = os.getloadavg()[0]
     judge.close()
     return out
+
+
+def distinct_scenes(n: int, seed: int = 0) -> tuple[list, str]:
+    """`n` distinct scene descriptions from random-policy episodes of reach_tool (seeded), in a shuffled order."""
+    import gymnasium as gym
+    import numpy as np
+
+    import robo_prm  # noqa: F401  (registers the envs)
+    from robo_prm.describe import DescribeWrapper
+    from robo_prm.envs.rollout import rollout
+
+    env = DescribeWrapper(gym.make("robo_prm/ReachTool-v0"))
+    env.action_space.seed(seed)
+    found: dict[str, object] = {}
+
+    def keep(step) -> bool:
+        if step.t:
+            found.setdefault(step.info["description"].text, step.info["description"])
+        return len(found) >= n
+
+    s = seed
+    for _ in range(200):
+        if len(found) >= n:
+            break
+        rollout(env, lambda obs: env.action_space.sample(), s, on_step=keep)
+        s = None
+    env.close()
+    if len(found) < n:
+        raise SystemExit(f"only {len(found)} distinct scenes from 200 random episodes")
+    out = list(found.values())[:n]
+    np.random.default_rng(seed).shuffle(out)
+    return out, "distinct descriptions from random-policy episodes of robo_prm/ReachTool-v0"
 
 
 def spawn(args: list[str]) -> dict:
@@ -117,12 +148,20 @@ def summarize(rows: list[dict], prov: dict) -> tuple[dict, dict]:
             out[algo] = {v: round(mean(x), 2) for v, x in sps.items() if x}
     judge = [r for r in rows if r.get("kind") == "judge" and r.get("backend") == "llamacpp"
              and r.get("threads") == rows_threads(rows)]
+    every = {algo: {v: round(mean(x), 2) for v in {**VARIANTS, **EXTRA_VARIANTS}
+                    if (x := [r["sps"] for r in rows if r.get("algo") == algo and r.get("variant") == v])}
+             for algo in ALGOS}
     if judge:
         out["judge_batch"] = {b: round(mean([r[b] for r in judge]), 2) for b in ("1", "8")}
     out["provenance"] = {**prov, "load_at_end": round(os.getloadavg()[0], 2)}
-    ratios = {algo: {v: round(x / out[algo]["env"], 3) for v, x in out[algo].items()}
-              for algo in ALGOS if algo in out and "env" in out[algo]}
-    detail = {"ratios_vs_env": ratios, "rows": rows}
+    ratios = {algo: {v: round(x / every[algo]["env"], 3) for v, x in every[algo].items()}
+              for algo in ALGOS if "env" in every[algo]}
+    batches = {}
+    for r in rows:
+        if r.get("kind") == "judge":
+            batches.setdefault(f"{r['backend']}_threads{r['threads']}", []).append(r)
+    batches = {k: {b: round(mean([r[b] for r in v]), 2) for b in ("1", "8")} for k, v in batches.items()}
+    detail = {"steps_per_s": every, "ratios_vs_env": ratios, "judge_batch": batches, "rows": rows}
     return out, detail
 
 
@@ -133,7 +172,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--judge_n", type=int, default=32, help="scenes per judge_batch measurement")
-    ap.add_argument("--algos", default=",".join(ALGOS))
+    ap.add_argument("--algos", default=",".join(ALGOS), help="comma-separated; empty: only the judge_batch rows")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join({**VARIANTS, **EXTRA_VARIANTS})}")
+    ap.add_argument("--reuse_train_rows", action="store_true",
+                    help="start from the train rows already in train_speed_runs.jsonl (a judge-only rerun)")
     ap.add_argument("--extra", default="", help="flags added to every training variant (e.g. --judge.n_threads 1)")
     ap.add_argument("--hf", action="store_true", help="also measure the transformers backend's batch 1 / 8")
     ap.add_argument("--judge_threads", default="2", help="llama.cpp (torch) threads of the judge_batch rows, comma-separated; "
@@ -166,13 +208,16 @@ def main() -> None:
         details.write_text(json.dumps(detail, indent=1, default=float) + "\n")
         print(json.dumps({k: row[k] for k in row if k not in ("judge",)}, default=float), file=sys.stderr, flush=True)
 
+    if args.reuse_train_rows and runs.exists():
+        rows += [r for r in map(json.loads, runs.read_text().splitlines()) if r.get("kind") == "train"]
+    variants = args.variants.split(",")
     for rnd in range(args.rounds):
-        order = list(VARIANTS) if rnd % 2 == 0 else list(VARIANTS)[::-1]
-        for algo in args.algos.split(","):
+        order = variants if rnd % 2 == 0 else variants[::-1]
+        for algo in [a for a in args.algos.split(",") if a]:
             steps = args.sac_steps if algo == "sac" else args.ppo_steps
             for v in order:
                 name = f"{algo}_{v}_r{rnd}"
-                argv = [*COMMON, *ALGOS[algo], *VARIANTS[v], "--steps", str(steps), "--seed", str(args.seed),
+                argv = [*COMMON, *ALGOS[algo], *{**VARIANTS, **EXTRA_VARIANTS}[v], "--steps", str(steps), "--seed", str(args.seed),
                         "--runs_dir", args.runs_dir, "--run_name", name, *args.extra.split()]
                 row = spawn(["--child", json.dumps(argv)])
                 record({"kind": "train", "algo": algo, "variant": v, "round": rnd, "argv": argv, **row})

@@ -53,8 +53,10 @@ class RewardConfig:
     async_batch: int = opt(8, min=1, help="async: scenes per judge call of the worker")
     async_queue: int = opt(1024, min=1, help="async: scenes waiting for the judge at most; a step that finds the queue "
                                              "full waits for room (counted as async_queue_full_waits)")
-    async_nice: int = opt(0, min=0, max=19, help="async: the judge worker thread's niceness (Linux): above 0 the judge "
-                                                 "takes CPU time training leaves over, and its judgements come later")
+    # Why 10: on a machine where training already uses every core, the worker would take CPU from the updates;
+    # niced, it takes what they leave over (docs/BENCHMARKS.md, training speed: 0.88× vs 0.77× env-only speed).
+    async_nice: int = opt(10, min=0, max=19, help="async: the judge worker thread's niceness (Linux; 0: the training "
+                                                  "thread's priority): the judge takes the CPU time training leaves over")
 
     def shaping_gamma(self, learner_gamma: float = 0.99) -> float:
         """γ of the potential shaping: `gamma`, or with `gamma: null` the learner's discount (SB3's
