@@ -3,7 +3,9 @@ provisional rewards that are relabelled when the judgements arrive.
 
 At each vector step `BlendedReward` records what the step's reward needs but the judgements
 (`StepRecord`). The scenes the blend's cache cannot answer yet go to a bounded FIFO queue
-(`reward.async_queue` scenes) that one worker thread serves, `reward.async_batch` scenes per judge call
+(`reward.async_queue` scenes) that one worker thread serves (a scene whose text, or features within the cache's
+radius, an earlier unresolved scene has is held back instead: the cache will likely answer it; if not, it is
+sent when its step reaches the front of the line), `reward.async_batch` scenes per judge call
 (the backend scores them as one batch). The step then goes to the back of the line of pending steps,
 and every step at the front whose judgements are all back is resolved, in env-step order, by the same
 code as the synchronous blend: cache lookups (a scene the cache can answer by now takes the cached
@@ -29,7 +31,7 @@ import logging
 import os
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from typing import Callable, Sequence
 
 import numpy as np
@@ -162,7 +164,10 @@ class AsyncJudging:
         self.listeners: list[Callable[[int, np.ndarray, np.ndarray], None]] = []
         self.stat_sources: list[Callable[[], dict]] = []
         self.steps = self.provisional_steps = self.relabelled = self.explain_syncs = 0
-        self.speculative = self.late_judged = self.max_pending = 0
+        self.speculative = self.late_judged = self.max_pending = self.deferred = self.deferred_sent = 0
+        self._inflight: deque = deque()  # (step id, text, features) of judged scenes of unresolved steps
+        self._texts: Counter = Counter()
+        self._matrix: np.ndarray | None = None
 
     # ---- the step path ---------------------------------------------------------------
     def step(self, step, infos: Sequence[dict]) -> np.ndarray:
@@ -176,8 +181,17 @@ class AsyncJudging:
         cache = blend.cache
         for i in step.need[False]:
             scene = step.scenes[i]
-            if cache is None or not cache.peek(blend.task.name, scene):
+            if cache is None:
                 step.tickets[i] = self.worker.submit(scene)
+            elif cache.peek(blend.task.name, scene) or self._near_inflight(scene):
+                self.deferred += 1  # the cache will most likely answer it by the time the step is resolved
+            else:
+                step.tickets[i] = self.worker.submit(scene)
+        if cache is not None:
+            for i in step.need[False]:  # later steps' scenes compare against these
+                self._inflight.append((step.id, step.scenes[i].text, step.scenes[i].features))
+                self._texts[step.scenes[i].text] += 1
+            self._matrix = None
         self.pending.append(step)
         self.max_pending = max(self.max_pending, len(self.pending))
         final = self._drain(upto=step, infos=infos)
@@ -201,6 +215,12 @@ class AsyncJudging:
         blend = self.blend
         while self.pending:
             step = self.pending[0]
+            if not step.checked:  # deferred scenes the cache cannot answer after all go to the worker now
+                step.checked = True
+                for i in step.need[False]:
+                    if i not in step.tickets and not blend.cache.peek(blend.task.name, step.scenes[i]):
+                        step.tickets[i] = self.worker.submit(step.scenes[i])
+                        self.deferred_sent += 1
             tickets = list(step.tickets.values())
             if any(t.judgement is None for t in tickets):
                 if not block:
@@ -209,6 +229,7 @@ class AsyncJudging:
             self.pending.popleft()
             ready = {i: t.judgement for i, t in step.tickets.items()}
             blend._resolve(step, ready)
+            self._forget(step.id)
             final = blend._finish(step, infos if step is upto else None)
             if step is upto:
                 return final
@@ -216,6 +237,26 @@ class AsyncJudging:
                 listener(step.id, final, step.provisional)
             self.relabelled += 1
         return None
+
+    def _near_inflight(self, scene: SceneDescription) -> bool:
+        """Whether a scene of an earlier, unresolved step has this text or features within the cache's
+        radius: once that step is resolved, the cache answers this one (unless the judge was unsure there)."""
+        if self._texts[scene.text] > 0:
+            return True
+        if scene.features is None or not self._inflight:
+            return False
+        if self._matrix is None:
+            feats = [f for _, _, f in self._inflight if f is not None and np.shape(f) == np.shape(scene.features)]
+            self._matrix = np.stack(feats) if feats else np.zeros((0, np.size(scene.features)))
+        if not len(self._matrix):
+            return False
+        return float(np.linalg.norm(self._matrix - scene.features[None, :], axis=1).min()) <= self.blend.cache.radius
+
+    def _forget(self, step_id: int) -> None:
+        while self._inflight and self._inflight[0][0] <= step_id:
+            _, text, _ = self._inflight.popleft()
+            self._texts[text] -= 1
+            self._matrix = None
 
     def flush(self) -> None:
         """Wait for every queued judgement and resolve every pending step (relabels included)."""
@@ -231,7 +272,9 @@ class AsyncJudging:
     def stats(self) -> dict[str, float]:
         """async_steps (vector steps), async_provisional_steps (handed out before their judgements) and
         async_relabelled (resolved later, final rewards sent to the buffers), async_explain_syncs, async_queue_full_waits,
-        async_speculative (worker answers unused: the cache answered by resolution time), async_late_judged
+        async_speculative (worker answers unused: the cache answered by resolution time), async_deferred (scenes
+        not sent at step time: an unresolved earlier scene had their text or was within the cache's radius) and
+        async_deferred_sent (of those, sent when their step reached the front: the cache could not answer), async_late_judged
         (cache misses at resolution with no worker answer, judged on the main thread), async_max_pending,
         async_worker_batches / _scenes / _busy_s; then what the buffers report (relabel_*)."""
         w = self.worker
@@ -239,6 +282,7 @@ class AsyncJudging:
                "async_relabelled": self.relabelled, "async_explain_syncs": self.explain_syncs,
                "async_queue_full_waits": w.full_waits, "async_speculative": self.speculative,
                "async_late_judged": self.late_judged, "async_max_pending": self.max_pending,
+               "async_deferred": self.deferred, "async_deferred_sent": self.deferred_sent,
                "async_worker_batches": w.batches, "async_worker_scenes": w.scenes, "async_worker_busy_s": w.busy_s}
         for source in self.stat_sources:
             out.update(source())

@@ -45,6 +45,7 @@ class StepRecord:
     tickets: dict = field(default_factory=dict)  # async: env → ticket of the judge worker
     provisional: np.ndarray | None = None  # async: the rewards handed out before the judgements came
     explained: bool = False  # an env's episode is recorded with reasons (async: resolved at once)
+    checked: bool = False  # async: its deferred scenes were looked up again at the front of the line
 
 
 class BlendedReward:
