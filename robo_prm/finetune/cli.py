@@ -80,6 +80,13 @@ def cmd_label(args) -> int:
         held = list(dict.fromkeys(tasks + _csv(args.heldout_tasks)))
         n += write_labels(auto_labels(held, args.heldout_episodes, "heldout", args.seed + 1, args.stride), args.out,
                           append=args.split == "both")
+    if args.generated:  # generated task families: each file's split is its own (held-out files → held-out labels)
+        from robo_prm.finetune.labels import generated_labels
+
+        for split, seed in (("train", args.seed), ("heldout", args.seed + 1)):
+            if args.split in (split, "both"):
+                n += write_labels(generated_labels(args.generated, split, args.generated_episodes, seed, args.stride),
+                                  args.out, append=True)
     print(f"wrote {n} labels to {args.out}")
     return 0
 
@@ -242,6 +249,8 @@ class LabelArgs:
     split: Literal["train", "heldout", "both"] = opt("both", "auto: which split(s) to write")
     stride: int = opt(2, "auto: label every n-th step")
     seed: int = opt(0, "auto: seed of the first episode (held out: seed + 1)")
+    generated: str | None = opt(None, "auto: also label every task file of this `tasks generate` folder (its split)")
+    generated_episodes: int = opt(1, "auto: episodes per source per generated task")
     queue: str | None = opt(None, "ui: label JSONL of scenes to label")
     port: int = opt(8765, "ui: port of the page on 127.0.0.1")
 

@@ -28,7 +28,7 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -67,6 +67,7 @@ class Label:
     rule_progress: float | None = None
     episode: str | None = None
     step: int | None = None
+    reason: str | None = None  # a reason target: the scene's own sentences about the goal's objects (`reason_target`)
 
     def __post_init__(self):
         if not 1.0 <= float(self.target) <= 10.0:
@@ -250,7 +251,8 @@ def rollout_states(variant: Variant, source: str, seed: int, perturb=(0.3, 0.6))
     env = TidyTableEnv(variant.task)
     try:
         states: list = []
-        policy = episode_policy(env, source, seed, variant.plan or PLANS[variant.base], perturb)
+        plan = variant.plan or variant.task.plan or PLANS[variant.base]  # a variant's own words, else the base task's
+        policy = episode_policy(env, source, seed, plan, perturb)
         rollout(env, policy, seed, on_step=lambda step: states.append(env.scene_state))
         return states
     finally:
@@ -262,14 +264,35 @@ def label_states(variant: Variant, states: list, source: str, episode: str, stri
     from robo_prm.describe.state_captioner import StateCaptioner
 
     cap = StateCaptioner(variant.task, milestone_line=milestone_line)
+    focus = goal_words(variant.task)
     out = []
     for i in sorted(set(range(0, len(states), stride)) | {len(states) - 1}):
         d = cap(states[i])
         out.append(Label(task=variant.task.name, scene=d.text, target=progress_to_target(d.rule_progress or 0.0),
                          hazards=list(d.hazards), source=source, task_text=text_of(variant.task.spec),
                          split=variant.split, base_task=variant.base, variant=variant.name,
-                         rule_progress=float(d.rule_progress or 0.0), episode=episode, step=i))
+                         rule_progress=float(d.rule_progress or 0.0), episode=episode, step=i,
+                         reason=reason_target(d.text, focus)))
     return out
+
+
+def goal_words(task: Task) -> list[str]:
+    """The words of the task's objects and places that its goal names (longest first), else all its words."""
+    words = sorted({w for sim, w in task.words.items() if sim != "table"}, key=len, reverse=True)
+    goal = task.spec.goal.lower()
+    named = [w for w in words if w.lower() in goal]
+    return named or words
+
+
+def reason_target(scene: str, focus: Sequence[str], max_sentences: int = 2) -> str | None:
+    """What a reason should say: the scene's own sentences that drive the score — about the gripper while it
+    holds nothing it needs, and about the objects the goal names — at most `max_sentences`, copied verbatim so
+    every claim agrees with the scene (reason_faithfulness) and nothing repeats."""
+    sents = [s.strip() for s in re.split(r"(?<=[.!?])\s+", scene.strip()) if s.strip()]
+    about = [s for s in sents if any(re.search(rf"\b{re.escape(w.lower())}\b", s.lower()) for w in focus)]
+    gripper = [s for s in sents if s.lower().startswith("the gripper")]
+    picked = list(dict.fromkeys((gripper[:1] + about) if not any(s in about for s in gripper) else about))
+    return " ".join(picked[:max_sentences]) or None
 
 
 def auto_labels(tasks: Iterable[str] = TRAIN_TASKS, episodes: int = 4, split: str = "train", seed: int = 0,
@@ -285,21 +308,58 @@ def auto_labels(tasks: Iterable[str] = TRAIN_TASKS, episodes: int = 4, split: st
         if not variants:
             log(f"{base}: no {split} variants (held-out task?)")
             continue
-        seen: dict[str, set] = {v.name: set() for v in variants}
-        count = {v.name: 0 for v in variants}
-        k = 0
-        for source in sources:
-            for e in range(episodes * max(1, len(variants) // 2)):
-                v = variants[k % len(variants)]
-                k += 1
-                ep_seed = seed * 100_003 + zlib.crc32(f"{base}/{source}/{e}".encode()) % 100_000
-                states = rollout_states(v, source, ep_seed)
-                ml = rng.random() < milestone_share and bool(v.task.milestone_checks)
-                labs = label_states(v, states, source, f"{base}/{v.name}/{source}/{ep_seed}", stride, milestone_line=ml)
-                for lab in labs:
-                    if lab.scene in seen[v.name] or (max_per_variant and count[v.name] >= max_per_variant):
-                        continue
-                    seen[v.name].add(lab.scene)
-                    count[v.name] += 1
-                    yield lab
-        log(f"{base} ({split}): {sum(count.values())} labels over {len(variants)} text variants")
+        yield from variant_labels(base, variants, episodes * max(1, len(variants) // 2), seed, stride, sources, rng,
+                                  max_per_variant, milestone_share, log=lambda n: log(
+                                      f"{base} ({split}): {n} labels over {len(variants)} text variants"))
+
+
+def variant_labels(base: str, variants: Sequence[Variant], n_episodes: int, seed: int, stride: int,
+                   sources: Iterable[str], rng: random.Random, max_per_variant: int | None = None,
+                   milestone_share: float = 0.25, log=None) -> Iterator[Label]:
+    """n_episodes per source, round robin over the variants; de-duplicated per (variant, scene text)."""
+    seen: dict[str, set] = {v.name: set() for v in variants}
+    count = {v.name: 0 for v in variants}
+    k = 0
+    for source in sources:
+        for e in range(n_episodes):
+            v = variants[k % len(variants)]
+            k += 1
+            ep_seed = seed * 100_003 + zlib.crc32(f"{base}/{source}/{e}".encode()) % 100_000
+            states = rollout_states(v, source, ep_seed)
+            ml = rng.random() < milestone_share and bool(v.task.milestone_checks)
+            labs = label_states(v, states, source, f"{base}/{v.name}/{source}/{ep_seed}", stride, milestone_line=ml)
+            for lab in labs:
+                if lab.scene in seen[v.name] or (max_per_variant and count[v.name] >= max_per_variant):
+                    continue
+                seen[v.name].add(lab.scene)
+                count[v.name] += 1
+                yield lab
+    if log:
+        log(sum(count.values()))
+
+
+def generated_variants(folder: str | Path) -> list[Variant]:
+    """The task files of a `robo-prm tasks generate` folder, each its own base task; split from the file
+    (`train`, else held out: by structure, phrasing or both)."""
+    out = []
+    for path in sorted(Path(folder).glob("*.yaml")):
+        task = load_task(str(path))
+        split = "train" if (task.spec.split or "train") == "train" else "heldout"
+        out.append(Variant(task.name, f"family:{task.spec.family or 'none'}", split, task))
+    if not out:
+        raise ValueError(f"{folder}: no task files (*.yaml); make some with `robo-prm tasks generate --out {folder}`")
+    return out
+
+
+def generated_labels(folder: str | Path, split: str = "train", episodes: int = 1, seed: int = 0, stride: int = 3,
+                     sources: Iterable[str] = ("scripted", "perturbed", "random"), log=print) -> Iterator[Label]:
+    """Labels from `episodes` rollouts per source of every generated task of `split` (held-out files only ever
+    make held-out labels). The label's split is the file's."""
+    rng = random.Random(seed)
+    variants = [v for v in generated_variants(folder) if v.split == split]
+    total = 0
+    for v in variants:
+        for lab in variant_labels(v.base, [v], episodes, seed, stride, sources, rng, milestone_share=0.0):
+            total += 1
+            yield lab
+    log(f"{folder} ({split}): {total} labels over {len(variants)} generated tasks")

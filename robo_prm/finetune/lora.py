@@ -8,7 +8,11 @@ scoring applies unchanged to the tuned model. Loss only on the answer token:
   Gaussian over the digits 0–9 around ``target − 1`` (σ = `sigma`). Its mean is the target, so the
   expected digit is calibrated; nearly all its mass is within ±1 of the median and on digit tokens,
   so the judge's confidence (P(|d − median| ≤ 1) × digit mass) becomes high where it has learned;
-* hazard rows (optional, `hazard_weight` > 0): cross-entropy on " yes" / " no".
+* hazard rows (optional, `hazard_weight` > 0): cross-entropy on " yes" / " no";
+* reason rows (optional, `reason_weight` > 0, labels with a `reason`): teacher-forced cross-entropy of the
+  reason after ``Score: <target digit>\nReason:`` — the scene's own sentences about the goal's objects
+  (`labels.reason_target`), ended by a newline, so greedy decoding learns to state facts the scene states
+  and to stop instead of looping.
 
 Speed: labels are grouped by task text; each batch evaluates its shared task prefix once (batch 1,
 with gradients) and runs every row's scene + tail against that prefix's KV cache, expanded to the
@@ -53,6 +57,8 @@ class LoraTrainConfig:
     sigma: float = opt(0.6, "width of the soft target over digits")
     hazard_weight: float = opt(0.5, "weight of the hazard rows (0: none)")
     hazard_rows: int = opt(1, "hazard questions per scene (sampled, yes-answers preferred)")
+    reason_weight: float = opt(0.3, "weight of the reason rows (0: none; labels without a reason get none)")
+    reason_share: float = opt(0.5, "share of the scenes that also get a reason row")
     threads: int = opt(1, "torch threads")
     seed: int = opt(0, "seed of the label draw and the batches")
     max_minutes: float = opt(20.0, "stop (and save) after this much training wall time")
@@ -66,16 +72,24 @@ def soft_target(target: float, sigma: float) -> np.ndarray:
     return w / w.sum()
 
 
+def balance_group(lab: Label) -> str:
+    """What the draw balances over: the base task of a shipped task's text variants, the structure family of a
+    generated task (each generated file is its own base task; its labels carry `family:<name>` as variant)."""
+    if lab.variant and lab.variant.startswith("family:"):
+        return lab.variant
+    return lab.base_task or lab.task
+
+
 def select_labels(labels: Sequence[Label], n: int, seed: int = 0) -> list[Label]:
-    """Up to n training labels, balanced over base tasks (equal shares, smaller tasks give all they have)
-    and, within a task, spread over score digits (round robin over digit buckets)."""
+    """Up to n training labels, balanced over base tasks / generated families (`balance_group`: equal shares,
+    smaller groups give all they have) and, within a group, spread over score digits (round robin)."""
     labels = [lab for lab in labels if lab.split == "train"]
     if not n or n >= len(labels):
         return list(labels)
     rng = random.Random(seed)
     by_task: dict[str, list[Label]] = defaultdict(list)
     for lab in labels:
-        by_task[lab.base_task or lab.task].append(lab)
+        by_task[balance_group(lab)].append(lab)
     quota, left, tasks = {}, n, sorted(by_task, key=lambda t: len(by_task[t]))
     for i, t in enumerate(tasks):
         quota[t] = min(len(by_task[t]), left // (len(tasks) - i))
@@ -132,12 +146,17 @@ class LoraTrainer:
     def _rows(self, labels: Sequence[Label], rng: random.Random):
         """(prefix ids, suffix rows, per-row (kind, target)) for labels sharing one task text."""
         spec = labels[0].judge_text()
-        _, prefix, score_tail, digits, hz = self.backend._task(spec)
+        prompt, prefix, score_tail, digits, hz = self.backend._task(spec)
         rows, targets = [], []
         for lab in labels:
             scene = self.backend.tokenize(scene_text(_Scene(lab.scene)))
             rows.append(scene + score_tail)
             targets.append(("score", soft_target(lab.target, self.cfg.sigma), digits))
+            if self.cfg.reason_weight > 0 and lab.reason and rng.random() < self.cfg.reason_share:
+                head = scene + self.backend.tokenize(prompt.reason_tails[lab.digit])
+                answer = self.backend.tokenize(" " + lab.reason) + self.backend.tokenize("\n")
+                rows.append(head + answer)
+                targets.append(("reason", answer, len(head)))
             if self.cfg.hazard_weight > 0 and hz:
                 names = list(hz)
                 present = [n for n in names if n in lab.hazards]
@@ -157,18 +176,27 @@ class LoraTrainer:
         torch = self.torch
         rng = rng or random.Random(0)
         prefix, rows, targets = self._rows(labels, rng)
-        logp = self.answer_logprobs(prefix, rows)
+        # score and hazard rows read their last position; a reason row every position that predicts its answer
+        reads = [list(range(t[2] - 1, len(r) - 1)) if t[0] == "reason" else [len(r) - 1] for r, t in zip(rows, targets)]
+        logps = self.logprobs_at(prefix, rows, reads)
         losses = []
-        for i, (kind, tgt, digits) in enumerate(targets):
+        for logp, (kind, tgt, extra) in zip(logps, targets):
             if kind == "score":
                 q = torch.tensor(tgt, dtype=logp.dtype)
-                losses.append(-(q * logp[i, digits]).sum())
+                losses.append(-(q * logp[0, extra]).sum())
+            elif kind == "hazard":
+                losses.append(self.cfg.hazard_weight * -logp[0, tgt])
             else:
-                losses.append(self.cfg.hazard_weight * -logp[i, tgt])
+                losses.append(self.cfg.reason_weight * -logp[torch.arange(len(tgt)), torch.tensor(tgt)].mean())
         return torch.stack(losses).mean()
 
     def answer_logprobs(self, prefix: list[int], rows: list[list[int]]):
-        """log softmax of the next token after prefix + each row; the prefix is evaluated once."""
+        """log softmax of the next token after prefix + each row (n × vocab); the prefix is evaluated once."""
+        return self.torch.cat(self.logprobs_at(prefix, rows, [[len(r) - 1] for r in rows]))
+
+    def logprobs_at(self, prefix: list[int], rows: list[list[int]], reads: list[list[int]]):
+        """Per row, log softmax of the next token at the row positions `reads[i]` (k_i × vocab), all rows
+        against one evaluation of the shared prefix."""
         torch = self.torch
         n, lp = len(rows), len(prefix)
         out = self.model(input_ids=torch.tensor([prefix]), use_cache=True, logits_to_keep=1)
@@ -185,9 +213,10 @@ class LoraTrainer:
         # the decoder body, then the LM head only at each row's last real position (the head is 49k wide)
         causal = self.model.get_base_model()
         hidden = causal.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache).last_hidden_state
-        last = torch.tensor([len(r) - 1 for r in rows])
-        logits = causal.lm_head(hidden[torch.arange(n), last])
-        return torch.log_softmax(logits.float(), dim=-1)
+        which = torch.tensor([i for i, r in enumerate(reads) for _ in r])
+        at = torch.tensor([p for r in reads for p in r])
+        logp = torch.log_softmax(causal.lm_head(hidden[which, at]).float(), dim=-1)
+        return list(torch.split(logp, [len(r) for r in reads]))
 
     # ---- training --------------------------------------------------------------------
     def batches(self, labels: Sequence[Label], rng: random.Random) -> list[list[Label]]:
