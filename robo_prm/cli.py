@@ -4,6 +4,7 @@
     robo-prm train --resume runs/<run>
     robo-prm replay runs/<run>/episodes/ep_0007 --out ep7.mp4 [--gif] [--summary ep7.png] [--fps 5]
     robo-prm replay EP1 EP2 ... --out reel.mp4         # several episodes, one video
+    robo-prm replay runs/<run>/episodes --html eps.html # the episodes in one page: scrubber, curve, reasons
     robo-prm enjoy runs/<run> [--episodes 3] [--replay]
     robo-prm eval runs/<run> [--episodes 20]
     robo-prm tasks list | show NAME|FILE | validate FILE | render NAME|FILE --out x.png
@@ -44,7 +45,9 @@ class TrainArgs:
 @dataclass
 class ReplayArgs:
     episode: list[str] = opt(help="an episode folder (runs/<run>/episodes/ep_0007); several make one MP4", positional=True)
-    out: str = opt(help="output .mp4 (H.264) or .gif")
+    out: str | None = opt(None, "output .mp4 (H.264) or .gif")
+    html: str | None = opt(None, "write a self-contained HTML viewer here (frames, scrubber, progress curve, reasons, "
+                                 "hazards, reward terms); EPISODE may also be a folder of episodes")
     fps: float | None = opt(None, "env steps per second of video (null: the recorded control rate)")
     gif: bool = opt(False, "also write a GIF next to the MP4")
     summary: str | None = opt(None, "also write a PNG plot of progress, reward terms and hazards here")
@@ -162,6 +165,17 @@ def cmd_replay(args: ReplayArgs) -> int:
 
     if args.fps is not None and not args.fps > 0:
         raise CliError(f"--fps must be positive, got {args.fps}")
+    if args.out is None and args.html is None:
+        raise CliError("replay: give --out (video) and/or --html (viewer page)")
+    if args.html is not None:
+        from robo_prm.replay.html import write_viewer
+
+        try:
+            print(write_viewer(args.episode, args.html))
+        except EpisodeError as exc:
+            raise CliError(str(exc)) from None
+        if args.out is None:
+            return 0
     out = Path(args.out)
     try:
         if len(args.episode) > 1:

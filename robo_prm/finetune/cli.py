@@ -68,7 +68,14 @@ def cmd_label(args) -> int:
     if args.action == "ui":
         from robo_prm.finetune.ui import serve
 
-        serve(args.queue, args.out, args.port)
+        if not args.queue:
+            raise SystemExit("label ui: give --queue LABELS.jsonl (e.g. from `robo-prm label auto`)")
+        judge = None
+        if args.compare:
+            from robo_prm.judge import make_judge
+
+            judge = make_judge(args.judge)
+        serve(args.queue, args.out, args.port, judge=judge)
         return 0
     from robo_prm.finetune.labels import auto_labels, write_labels
 
@@ -253,6 +260,8 @@ class LabelArgs:
     generated_episodes: int = opt(1, "auto: episodes per source per generated task")
     queue: str | None = opt(None, "ui: label JSONL of scenes to label")
     port: int = opt(8765, "ui: port of the page on 127.0.0.1")
+    compare: bool = opt(True, "ui: once a scene is answered, show the judge's score, reason and hazards beside it")
+    judge: JudgeConfig = opt(factory=JudgeConfig, help="ui: the judge shown for comparison (--judge.backend rules: the simulator's rules)")
 
 
 @dataclass(kw_only=True)

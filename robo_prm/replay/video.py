@@ -71,8 +71,9 @@ class _Layout:
 
 
 @dataclass(frozen=True)
-class _FrameInfo:
-    """What frame t shows, with holds applied (the judge runs every k-th step; reasons are lazy)."""
+class FrameInfo:
+    """What frame t shows, with holds applied (the judge runs every k-th step; reasons are lazy).
+    The MP4 overlay and the HTML viewer (html.py) both read these: one source for what a frame shows."""
 
     step: StepRecord | None
     judgement: Judgement | None  # the latest judgement at or before t
@@ -82,8 +83,8 @@ class _FrameInfo:
     success: bool
 
 
-def _frame_infos(ep: Episode) -> list[_FrameInfo]:
-    out: list[_FrameInfo] = []
+def frame_infos(ep: Episode) -> list[FrameInfo]:
+    out: list[FrameInfo] = []
     judgement = reason = None
     judged_at = reason_at = None
     success_from = next((i + 1 for i, s in enumerate(ep.steps) if s.success), None)
@@ -95,7 +96,7 @@ def _frame_infos(ep: Episode) -> list[_FrameInfo]:
             judgement, judged_at = step.judgement, t
             if step.judgement.reason:
                 reason, reason_at = step.judgement.reason, t
-        out.append(_FrameInfo(step, judgement, judged_at, reason, reason_at, success_from is not None and t >= success_from))
+        out.append(FrameInfo(step, judgement, judged_at, reason, reason_at, success_from is not None and t >= success_from))
     return out
 
 
@@ -105,7 +106,7 @@ class _Renderer:
     def __init__(self, ep: Episode, layout: _Layout) -> None:
         self.ep = ep
         self.lay = layout
-        self.infos = _frame_infos(ep)
+        self.infos = frame_infos(ep)
         self.progress = draw.forward_fill(ep.progress())
         self.strip = self._static_strip()
 
