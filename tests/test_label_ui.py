@@ -140,3 +140,6 @@ def test_a_frame_is_rendered_from_the_labelled_episode(tmp_path):
     wrong = [Label(**{**lab.__dict__, "scene": "something else", "rule_progress": 0.99}) for lab in labels[:1]]
     assert render_labelled_steps(EpisodeKey.of(wrong[0]), wrong, size=64) == {wrong[0].step: None}  # refused, not shown
     assert EpisodeKey.of(Label(task="t", scene="s", target=1, task_file="x", episode="made/by/hand")) is None
+    # an episode whose task cannot be rebuilt here (a generated task file that is gone) has no frame, and no error
+    gone = Label(task="gen_7", scene="s", target=1, task_file="push_tool_from_edge", episode="gen_7/orig/random/3", step=0)
+    assert LabelSession([gone], tmp_path / "h.jsonl").frame_png(0) is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 import os
 import secrets
 import threading
@@ -20,6 +21,7 @@ import numpy as np
 from robo_prm.finetune.labels import Label, read_labels
 from robo_prm.types import SceneDescription
 
+log = logging.getLogger(__name__)
 HAZARD_KEYS = "hjklgfdsqwertyiopzxcvbm"  # not u (undo), n (next unanswered) or a (auto-advance)
 
 
@@ -55,6 +57,7 @@ class LabelSession:
         self.queue, self.out, self.judge, self.frame_size = queue, Path(out), judge, frame_size
         self.token = secrets.token_urlsafe(16)
         self.lock = threading.Lock()  # the server answers requests on threads
+        self._judge_lock = threading.Lock()  # a reason takes the LLM seconds: answers and frames need not wait
         self.index = {}
         for i, lab in enumerate(queue):
             self.index.setdefault(answer_key(lab), i)
@@ -145,7 +148,7 @@ class LabelSession:
             raise PermissionError("answer the item first")
         if self.judge is None:
             raise LookupError("no judge in this session (label ui --compare false)")
-        with self.lock:
+        with self._judge_lock:
             if i not in self._judged:
                 lab = self.queue[i]
                 scene = SceneDescription(text=lab.scene, facts=(), hazards=tuple(lab.hazards), rule_progress=lab.rule_progress)
@@ -169,7 +172,11 @@ class LabelSession:
         with self.lock:
             if i not in self._frames:  # render the whole episode's labelled steps at once: one rollout
                 same = [j for j, other in enumerate(self.queue) if other.episode == lab.episode and other.split == lab.split]
-                frames = render_labelled_steps(key, [self.queue[j] for j in same], self.frame_size)
+                try:
+                    frames = render_labelled_steps(key, [self.queue[j] for j in same], self.frame_size)
+                except Exception as exc:  # e.g. a generated task's file is not shipped: no frame, not a 500
+                    log.warning("%s: cannot re-run the episode (%s: %s); no frames", lab.episode, type(exc).__name__, exc)
+                    frames = {}
                 for j in same:
                     f = frames.get(self.queue[j].step)
                     self._frames[j] = _png(f) if f is not None else None
