@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 from robo_prm.judge.backends.rules import RulesJudge
 from robo_prm.judge.base import Backend, JudgeDeadline, Scored
 from robo_prm.judge.config import JudgeConfig
+from robo_prm.judge.faithfulness import drop_contradictions
 from robo_prm.judge.outage import OutageLog
 from robo_prm.judge.parse import clean_reason
 from robo_prm.judge.scoring import summarize
@@ -71,7 +72,7 @@ class ConfidentJudge:
         self.rules = RulesJudge()
         self.calibrator = calibrator
         self.name = backend.name if backend is not None else self.rules.name
-        self._calls = self._fallbacks = self._hits = 0
+        self._calls = self._fallbacks = self._hits = self._guarded = 0
         self._by_cause = dict.fromkeys(CAUSES, 0)
         self.outage = OutageLog(self.name, getattr(backend, "where", None))
         self._answers: OrderedDict[tuple, Scored] = OrderedDict()  # (task key, scene text) → raw answer
@@ -157,6 +158,9 @@ class ConfidentJudge:
             progress = self.calibrator(progress)
         llm_hazards = tuple(HazardReport(n, task.severity(n), float(p)) for n, p in s.hazards.items())
         reason = clean_reason(s.reason)
+        if self.cfg.reason_guard and reason:
+            reason, dropped = drop_contradictions(reason, scene.facts, scene.text)
+            self._guarded += bool(dropped)
         policy, threshold = self.cfg.fallback, self.cfg.confidence_threshold
         if conf < threshold and (policy == "rules" or (policy != "none" and rules_informed(scene))):
             fb = self._fallback(rules, mode, s.latency_ms, (conf, llm_hazards, reason))
@@ -192,10 +196,12 @@ class ConfidentJudge:
         """calls (scenes judged), fallbacks (scenes the rules answered) = fallback_error +
         fallback_deadline + fallback_low_confidence, errors (failed backend calls, deadlines
         included), outages (runs of failed calls; one warning each), answer_cache_hits,
-        fallback_rate, mean latency_ms per scene."""
+        fallback_rate, mean latency_ms per scene, reasons_guarded (reasons that lost a sentence contradicting
+        the scene)."""
         return {"calls": self._calls, "fallbacks": self._fallbacks,
                 **{f"fallback_{c}": n for c, n in self._by_cause.items()},
                 "errors": self.outage.failures, "outages": self.outage.outages, "answer_cache_hits": self._hits,
+                "reasons_guarded": self._guarded,
                 "fallback_rate": self._fallbacks / self._calls if self._calls else 0.0,
                 "mean_latency_ms": self._latency_ms / self._calls if self._calls else 0.0}
 

@@ -64,6 +64,7 @@ class JudgeConfig:
         "union: ask the LLM about every hazard and merge with the checks; llm, rules: one source only")
     cache_size: int = opt(20_000, "raw model answers kept per (task, scene text); 0 disables")
     reason_tokens: int = opt(40, "max tokens of the reason, generated only when explain=True")
+    reason_guard: bool = opt(True, "drop a reason's sentences whose distance, relation or state claims contradict the scene")
     votes: int = opt(3, "text-only answers (no logprobs): median of this many samples")
     # Off by default: they segfault where AMX is advertised but not granted.
     extra_buffers: bool = opt(False, "llama.cpp AMX/repack weight buffers")

@@ -189,6 +189,17 @@ def check_reason(reason: str | None, facts: Sequence[str], text: str = "") -> di
     return {"claims": len(claims), "wrong": wrong, "faithful": not wrong, "repeated": repeats_a_sentence(reason)}
 
 
+def drop_contradictions(reason: str | None, facts: Sequence[str], text: str = "") -> tuple[str | None, int]:
+    """The reason without its sentences that contradict the scene (a small model's greedy reason can say "15 cm"
+    where the scene says 5): (what is left or None, sentences dropped). The judge shows only what agrees; the
+    raw model's faithfulness is measured before this (benchmarks/judge_any_task.py)."""
+    if not reason:
+        return reason, 0
+    scene = scene_claims(facts, text)
+    kept = [s for s in sentences(reason) if all(_agrees(k, v, scene) for k, v in reason_claims(s, scene))]
+    return (" ".join(kept) or None), len(sentences(reason)) - len(kept)
+
+
 def reason_faithfulness(pairs: Iterable[tuple[str | None, Sequence[str], str]]) -> dict:
     """Over (reason, scene facts, scene text) triples (reasons that are None are skipped): faithfulness (share of
     reasons whose every claim agrees with the scene; None for no reasons), reasons, claims, wrong_claims, and
