@@ -2,6 +2,7 @@
 
 Every shipped task file becomes `robo_prm/<CamelName>-v0` (reach_tool → robo_prm/ReachTool-v0);
 `robo_prm/Tidy-v0` takes any task: `gymnasium.make("robo_prm/Tidy-v0", task="my_task.yaml")`.
+Single-object tasks also get a goal-conditioned view for SAC+HER, `robo_prm/<CamelName>Goal-v0` (goal_env.py).
 """
 from __future__ import annotations
 
@@ -28,7 +29,21 @@ def register_all() -> list[str]:
     return ids
 
 
+def register_goal_views() -> list[str]:
+    """`robo_prm/<CamelName>Goal-v0`: the goal-conditioned view (goal_env.py) of each single-object shipped task."""
+    from robo_prm.envs.goal_env import goal_tasks
+
+    ids = []
+    for name in goal_tasks():
+        gid = env_id(name).replace("-v0", "Goal-v0")
+        if gid not in gymnasium.registry:
+            gymnasium.register(gid, entry_point="robo_prm.envs.goal_env:make_goal_env", kwargs={"task": name})
+        ids.append(gid)
+    return ids
+
+
 REGISTERED_IDS = register_all()
+GOAL_IDS = register_goal_views()
 
 
 def make_env(task: str, **kwargs) -> gymnasium.Env:

@@ -120,10 +120,20 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
 
     # ---- gymnasium API ----------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """`options={"expert_start": f, "expert": policy}` (0 ≤ f ≤ 1): start part-way along a policy's path (the
+        task's scripted `expert:` plan), f of the way from the real start to just before success (the curriculum of
+        robo_prm/train/curriculum.py). `policy` is called with the observation, and reset first if it can be."""
         # gymnasium.Env.reset seeds np_random; the GoalEnv reset in between insists on Dict observations.
         gymnasium.Env.reset(self, seed=seed, options=options)
         self._reset_sim()
         self._steps = 0
+        fraction = float((options or {}).get("expert_start", 0.0))
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"options['expert_start'] must be in [0, 1], got {fraction}")
+        if fraction > 0.0:
+            if not callable((options or {}).get("expert")):
+                raise ValueError("options['expert_start'] needs options['expert'], the policy to follow")
+            self._expert_start(options["expert"], fraction)
         state = self._snapshot()
         return self._observe(state), self._info(state)
 
@@ -178,6 +188,27 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
         mujoco.mj_forward(self.model, self.data)
         self._start_pos = {name: self.data.body(name).xpos.copy() for name in OBJECTS}
         return True
+
+    def _expert_start(self, expert, fraction: float, margin: int = 2):
+        """Follow `expert` from the real start (to success or max_steps), then restore the state `fraction` of the
+        way to `margin` steps before success. The step counter and what `moved` measures from stay those of the
+        real start."""
+        obs = self._observe(self._snapshot())  # a scripted expert reads scene_state: this reset's, not the last episode's
+        if hasattr(expert, "reset"):
+            expert.reset()
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        states = []
+        for _ in range(self.task.spec.max_steps):
+            buf = np.empty(mujoco.mj_stateSize(self.model, spec))
+            mujoco.mj_getState(self.model, self.data, buf, spec)
+            states.append(buf)
+            obs = self.step(expert(obs))[0]
+            if self._status.success:
+                break
+        last = max(0, len(states) - margin) if self._status.success else len(states) - 1
+        mujoco.mj_setState(self.model, self.data, states[int(round(fraction * last))], spec)
+        mujoco.mj_forward(self.model, self.data)
+        self._steps = 0
 
     # ---- helpers ------------------------------------------------------------------
     def _hide_unused_objects(self):

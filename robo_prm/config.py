@@ -37,6 +37,21 @@ class EvalConfig:
 
 
 @dataclass
+class CurriculumConfig:
+    """Start states along the task's scripted plan, near the goal first, widening as training succeeds (docs/LEARNING.md)."""
+
+    enabled: bool = opt(False, "start training episodes part-way along the task's `expert:` plan (the object already "
+                               "grasped, lifted or near its place) and widen the starts back to the real one as the "
+                               "rollout success rate rises; evaluation always uses the real starts")
+    start_width: float = opt(0.0, min=0.0, max=1.0, help="the first level: starts drawn from the last `width` of the expert's "
+                                                         "path (0: just before success)")
+    step: float = opt(0.25, gt=0.0, max=1.0, help="how much the width grows per promotion; past width 1 the real starts alone")
+    promote_at: float = opt(0.7, gt=0.0, max=1.0, help="rollout success rate over the last `window` episodes that widens the starts")
+    window: int = opt(20, min=1, help="training episodes the promotion success rate is measured over")
+    real_starts: float = opt(0.2, min=0.0, max=1.0, help="share of episodes that start from the real start at every level")
+
+
+@dataclass
 class TrainConfig:
     task: str = opt("reach_tool", "shipped task name or path to a task YAML")
     algo: Literal["sac", "ppo"] = opt("sac", "the SB3 algorithm")
@@ -45,7 +60,18 @@ class TrainConfig:
     n_envs: int = opt(1, "parallel envs", min=1, max=256)
     device: str = opt("cpu", "torch device")
     torch_threads: int = opt(1, min=1, help="torch threads (1 whenever a judge or env workers share the cores)")
-    reward_source: Literal["blend", "env", "dense"] = opt("blend", "blend: the LLM reward; env and dense are the baselines")
+    reward_source: Literal["blend", "env", "dense", "her"] = opt(
+        "blend", "blend: the LLM reward; env (sparse success), dense (hand-written) and her (sparse, goal-conditioned "
+                 "observation + SB3's HerReplayBuffer, SAC on single-object tasks) are the baselines")
+    vec_env: Literal["dummy", "subproc"] = opt("dummy", "n_envs > 1: step the envs in this process (dummy) or one "
+                                                        "subprocess each (subproc: SB3's SubprocVecEnv)")
+    updates_per_step: float = opt(1.0, gt=0.0, help="SAC gradient steps per env step: gradient_steps = "
+                                                    "round(updates_per_step × n_envs) per vector step (sac.gradient_steps wins)")
+    demos: int = opt(0, min=0, help="SAC: run the task's `expert:` plan for N episodes through the training envs and reward "
+                                    "before learning and keep them in a demo buffer that is never overwritten")
+    demo_ratio: float | None = opt(0.25, min=0.0, max=1.0, help="share of every SAC batch drawn from the demos (null: in "
+                                                                "proportion to their count, as if kept in the replay buffer)")
+    curriculum: CurriculumConfig = opt(factory=CurriculumConfig, help="start states near the goal first")
     checkpoint_every: int = opt(5_000, min=0, help="save a checkpoint every n env steps")
     keep_checkpoints: int = opt(2, min=1, help="keep the newest k checkpoints (at least 1); only the newest keeps its replay buffer")
     runs_dir: str = opt("runs", "folder that holds the run folders")
@@ -58,6 +84,15 @@ class TrainConfig:
     eval: EvalConfig = opt(factory=EvalConfig, help="evaluation of the policy during training")
     sac: dict[str, Any] = opt({}, "extra SB3 SAC(...) keyword arguments")
     ppo: dict[str, Any] = opt({}, "extra SB3 PPO(...) keyword arguments")
+
+    def check_combination(self) -> None:
+        """Fields that only work together, checked where training starts (each field alone is valid anywhere)."""
+        if self.reward_source == "her" and self.algo != "sac":
+            raise ConfigError(f"reward_source: her needs algo sac (HerReplayBuffer is off-policy), got algo {self.algo}")
+        if self.demos and self.algo != "sac":
+            raise ConfigError(f"demos: needs algo sac (a replay buffer to keep them in), got algo {self.algo}")
+        if self.demos and self.reward_source == "her":
+            raise ConfigError("demos: not with reward_source her (HerReplayBuffer keeps whole episodes of its own)")
 
 
 def train_configs_dir() -> Path:

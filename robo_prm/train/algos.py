@@ -7,30 +7,52 @@ import zipfile
 from pathlib import Path
 
 import torch
-from stable_baselines3 import PPO, SAC
+from stable_baselines3 import PPO, SAC, HerReplayBuffer
+from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.base_class import BaseAlgorithm
 
 from robo_prm.config import TrainConfig
 from robo_prm.config_io import ConfigError
 from robo_prm.reward.relabel import relabel_kwargs
+from robo_prm.train.demos import demo_buffer_class
 
 ALGOS = {"sac": SAC, "ppo": PPO}
 DEFAULTS = {
     "sac": {"learning_starts": 1000, "batch_size": 256, "gamma": 0.95, "learning_rate": 1e-3, "train_freq": 1, "gradient_steps": 1},
     "ppo": {"n_steps": 512, "batch_size": 64, "gamma": 0.98, "learning_rate": 3e-4, "ent_coef": 0.0},
 }
+HER = {"n_sampled_goal": 4, "goal_selection_strategy": "future"}  # SB3's and the HER paper's defaults
 
 
 def algo_kwargs(cfg: TrainConfig) -> dict:
-    """The keywords SB3 gets: DEFAULTS[algo] under the config's `sac:` / `ppo:` section (one place)."""
-    return {**DEFAULTS[cfg.algo], **(cfg.sac if cfg.algo == "sac" else cfg.ppo)}
+    """The keywords SB3 gets: DEFAULTS[algo] (SAC's gradient_steps from `updates_per_step` × n_envs) under the
+    config's `sac:` / `ppo:` section (one place)."""
+    if cfg.algo == "ppo":
+        return {**DEFAULTS["ppo"], **cfg.ppo}
+    return {**DEFAULTS["sac"], "gradient_steps": max(1, round(cfg.updates_per_step * cfg.n_envs)), **cfg.sac}
+
+
+def buffer_kwargs(cfg: TrainConfig) -> dict:
+    """replay_buffer_class/_kwargs of the aids: HER's buffer (reward_source her), the demo store (demos) on the
+    async judge's relabelling buffer or SB3's own; keywords under `sac: replay_buffer_kwargs` win."""
+    # reward.async: SB3's buffer classes that take the late judgements (reward/relabel.py)
+    out = relabel_kwargs(cfg.algo, cfg.reward_source == "blend" and cfg.reward.async_)
+    if cfg.algo != "sac":
+        return out
+    if cfg.reward_source == "her":
+        out = {"replay_buffer_class": HerReplayBuffer, "replay_buffer_kwargs": dict(HER)}
+    elif cfg.demos:
+        out = {"replay_buffer_class": demo_buffer_class(out.get("replay_buffer_class", ReplayBuffer)),
+               "replay_buffer_kwargs": {"demo_ratio": cfg.demo_ratio}}
+    if "replay_buffer_kwargs" in out:
+        out["replay_buffer_kwargs"].update(cfg.sac.get("replay_buffer_kwargs") or {})
+    return out
 
 
 def make_algo(cfg: TrainConfig, venv, log_dir: Path | None, **override) -> BaseAlgorithm:
-    # reward.async: SB3's buffer classes that take the late judgements (reward/relabel.py)
-    relabel = relabel_kwargs(cfg.algo, cfg.reward_source == "blend" and cfg.reward.async_)
-    kwargs = {**algo_kwargs(cfg), **relabel, **override}
-    return ALGOS[cfg.algo]("MlpPolicy", venv, seed=cfg.seed, device=cfg.device, tensorboard_log=str(log_dir) if log_dir else None,
+    kwargs = {**algo_kwargs(cfg), **buffer_kwargs(cfg), **override}
+    policy = "MultiInputPolicy" if cfg.reward_source == "her" else "MlpPolicy"
+    return ALGOS[cfg.algo](policy, venv, seed=cfg.seed, device=cfg.device, tensorboard_log=str(log_dir) if log_dir else None,
                            verbose=0, **kwargs)
 
 
@@ -44,7 +66,8 @@ def load_weights(cfg: TrainConfig, env, path: Path) -> BaseAlgorithm:
 
     Reads only the zip's policy.pth, with torch.load(weights_only=True): no pickle runs, so this is
     safe on a run folder from anywhere. The zip's `:serialized:` fields are never looked at."""
-    model = make_algo(cfg, env, None, **({"buffer_size": 1} if cfg.algo == "sac" else {}))
+    small = {"buffer_size": 1, "replay_buffer_class": None, "replay_buffer_kwargs": None}  # no buffer is needed here
+    model = make_algo(cfg, env, None, **(small if cfg.algo == "sac" else {}))
     try:
         with zipfile.ZipFile(path) as archive:
             raw = archive.read("policy.pth")

@@ -1,9 +1,10 @@
-"""Build the training VecEnv: tidy envs (+ frame capture) → DummyVecEnv → blended-reward wrapper."""
+"""Build the training VecEnv: tidy envs (+ frame capture, curriculum starts, expert hook, goal view) →
+DummyVecEnv or SubprocVecEnv → blended-reward wrapper."""
 from __future__ import annotations
 
 import gymnasium
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from robo_prm.config import TrainConfig
 from robo_prm.describe import DescribeWrapper, StateCaptioner
@@ -11,6 +12,9 @@ from robo_prm.envs.tidy_env import TidyTableEnv
 from robo_prm.judge import make_judge
 from robo_prm.reward import LLMRewardVecEnv
 from robo_prm.envs.task import Task
+from robo_prm.envs.goal_env import GoalTidyEnv
+from robo_prm.train.curriculum import CurriculumStart
+from robo_prm.train.demos import ExpertHook
 
 
 class FrameCapture(gymnasium.Wrapper):
@@ -57,12 +61,19 @@ def make_vec_env(task: Task, cfg: TrainConfig, judge=None) -> VecEnv:
     def factory(rank: int):
         def _make():
             env = FrameCapture(make_tidy_env(task, cfg))
+            if cfg.curriculum.enabled:
+                env = CurriculumStart(env, cfg.curriculum, seed=cfg.seed + rank)
+            if cfg.demos:
+                env = ExpertHook(env)
+            if cfg.reward_source == "her":
+                env = GoalTidyEnv(env)
             env.reset(seed=cfg.seed + rank)
             return Monitor(env)
 
         return _make
 
-    venv = DummyVecEnv([factory(i) for i in range(cfg.n_envs)])
+    vec_cls = SubprocVecEnv if cfg.vec_env == "subproc" and cfg.n_envs > 1 else DummyVecEnv
+    venv = vec_cls([factory(i) for i in range(cfg.n_envs)])
     venv.seed(cfg.seed)
     if cfg.reward_source == "blend":
         venv = LLMRewardVecEnv(venv, task.text, judge if judge is not None else make_judge(cfg.judge), cfg.reward)

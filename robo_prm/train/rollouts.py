@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from robo_prm.config import TrainConfig
+from robo_prm.envs.goal_env import GoalView
 from robo_prm.envs.rollout import Step, rollout
 from robo_prm.replay.episode import EpisodeWriter
 from robo_prm.reward import LLMRewardWrapper
@@ -39,13 +40,19 @@ def hazard_onsets(hazards_per_step: list[tuple], initial: tuple = ()) -> int:
 
 
 class TrainedPolicy:
-    """A trained SB3 model as a rollout policy (`robo_prm.envs.rollout`): its deterministic action."""
+    """A trained SB3 model as a rollout policy (`robo_prm.envs.rollout`): its deterministic action. `view` maps the
+    tidy env's observation to the model's (a HER model's goal Dict: `goal_view`)."""
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, model, view: Callable | None = None):
+        self.model, self.view = model, view
 
     def __call__(self, obs) -> np.ndarray:
-        return self.model.predict(obs, deterministic=True)[0]
+        return self.model.predict(self.view(obs) if self.view is not None else obs, deterministic=True)[0]
+
+
+def goal_view(cfg: TrainConfig, task: Task) -> Callable | None:
+    """The observation map of a `reward_source: her` policy (None for every other)."""
+    return GoalView(task).observation if cfg.reward_source == "her" else None
 
 
 def env_reward(info: dict, reward: float) -> float:

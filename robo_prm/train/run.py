@@ -29,15 +29,18 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from robo_prm.config import TrainConfig, config_to_yaml, load_train_config
 from robo_prm.config_io import ConfigError, from_dict
+from robo_prm.envs.goal_env import GoalTidyEnv
 from robo_prm.envs.task import load_task
 from robo_prm.reward.relabel import RelabelCallback
 from robo_prm.train.algos import algo_kwargs, load_algo, load_weights, make_algo
 from robo_prm.train.callbacks import ProgressBar, RewardLogger
+from robo_prm.train.curriculum import DONE, CurriculumCallback
+from robo_prm.train.demos import collect_demos
 from robo_prm.train.checkpoints import (MODEL, CheckpointEvery, clean_stale, latest_checkpoint, load_replay_buffer, read_state,
                                         save_checkpoint, set_rng_state)
 from robo_prm.train.envs import find_blend, make_tidy_env, make_vec_env
 from robo_prm.train.recorder import EpisodeRecorder
-from robo_prm.train.rollouts import TrainedPolicy, run_episodes, summarize
+from robo_prm.train.rollouts import TrainedPolicy, goal_view, run_episodes, summarize
 from robo_prm.train.trust import require_trust
 
 log = logging.getLogger(__name__)
@@ -71,7 +74,7 @@ class EvalEvery(BaseCallback):
     def evaluate(self):
         blend = find_blend(self.training_env)
         results = run_episodes(
-            TrainedPolicy(self.model), self.task, self.cfg, eval_seeds(self.cfg),
+            TrainedPolicy(self.model, goal_view(self.cfg, self.task)), self.task, self.cfg, eval_seeds(self.cfg),
             judge=blend.judge if blend is not None else None,
             record_dir=self.out_dir / f"step_{self.num_timesteps:09d}", n_record=self.cfg.eval.record,
             run=self.run, env_steps=self.num_timesteps,
@@ -131,7 +134,8 @@ def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_e
     stats, evaluator = cb["stats"], cb["eval"]
     for c in extra:
         c.evaluator = evaluator  # they run after it in the same step and may read its history
-    callbacks = [c for c in (RelabelCallback(), stats, cb["ckpt"], evaluator, cb["recorder"], *extra) if c is not None]
+    curriculum = CurriculumCallback(cfg.curriculum, run_dir / "curriculum.json") if cfg.curriculum.enabled else None
+    callbacks = [c for c in (RelabelCallback(), stats, curriculum, cb["ckpt"], evaluator, cb["recorder"], *extra) if c is not None]
     if cfg.progress_bar:
         callbacks.append(ProgressBar(cfg.steps, stats))
     remaining = max(0, cfg.steps - model.num_timesteps)
@@ -174,6 +178,7 @@ def train(cfg: TrainConfig, callbacks: tuple[BaseCallback, ...] = ()) -> Path:
     evaluation (each gets it as `.evaluator`; `evaluator.history`); one returning False ends training early
     and the run folder is finished as usual (tune.py prunes trials this way)."""
     task = load_task(cfg.task)  # fail on a bad task before making a run directory
+    cfg.check_combination()
     run = run_name(cfg, task.name)
     run_dir = Path(cfg.runs_dir) / run
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -181,7 +186,23 @@ def train(cfg: TrainConfig, callbacks: tuple[BaseCallback, ...] = ()) -> Path:
     task, venv = _build(cfg, run_dir)
     (run_dir / "config.yaml").write_text(config_to_yaml(cfg))
     model = make_algo(cfg, venv, run_dir)
+    if cfg.demos:
+        add_demos(model, venv, cfg, run_dir)
     return _learn(model, cfg, task, venv, run_dir, run, extra=callbacks)
+
+
+def add_demos(model, venv, cfg: TrainConfig, run_dir: Path) -> dict:
+    """The scripted plan's `cfg.demos` episodes through the training envs and reward, from the real starts, into the
+    model's demo store (train/demos.py); their success and length go to run_dir/demos.json."""
+    if cfg.curriculum.enabled:
+        venv.env_method("set_curriculum_width", DONE)  # demos start where the task starts
+    t0 = time.time()
+    rows, stats = collect_demos(venv, cfg.demos)
+    model.replay_buffer.add_demos(rows)
+    stats["demo_wall_s"] = round(time.time() - t0, 2)
+    (run_dir / "demos.json").write_text(json.dumps(stats, indent=1))
+    log.info("demos: %s", stats)
+    return stats
 
 
 def load_run_config(run_dir: Path) -> TrainConfig:
@@ -239,7 +260,7 @@ def load_policy(run_dir: Path):
     task = load_task(cfg.task)
     env = make_tidy_env(task, cfg, render=False)
     try:
-        model = load_weights(cfg, env, path)
+        model = load_weights(cfg, GoalTidyEnv(env) if cfg.reward_source == "her" else env, path)
     finally:
         env.close()
-    return cfg, task, TrainedPolicy(model)
+    return cfg, task, TrainedPolicy(model, goal_view(cfg, task))
