@@ -148,9 +148,11 @@ def test_sac_her_trains_evaluates_and_loads(tmp_path):
 def test_aids_that_do_not_fit_together_fail_in_one_line(tmp_path):
     for over, msg in [({"algo": "ppo", "demos": 2}, "demos: needs algo sac"),
                       ({"algo": "ppo", "reward_source": "her"}, "reward_source: her needs algo sac"),
-                      ({"reward_source": "her", "demos": 2}, "demos: not with reward_source her")]:
+                      ({"reward_source": "her", "demos": 2}, "demos: not with reward_source her"),
+                      ({"reward_source": "her", "task": "tidy_table"}, "reward_source her: task 'tidy_table' is not a single-object")]:
         with pytest.raises(ConfigError, match=msg):
             train(_cfg(tmp_path, **over))
+    assert not list(tmp_path.iterdir())  # refused before a run folder was made
 
 
 # ---- throughput and the novelty switch -----------------------------------------------------------------

@@ -29,7 +29,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from robo_prm.config import TrainConfig, config_to_yaml, load_train_config
 from robo_prm.config_io import ConfigError, from_dict
-from robo_prm.envs.goal_env import GoalTidyEnv
+from robo_prm.envs.goal_env import GoalTidyEnv, GoalView
 from robo_prm.envs.task import load_task
 from robo_prm.reward.relabel import RelabelCallback
 from robo_prm.train.algos import algo_kwargs, load_algo, load_weights, make_algo
@@ -179,6 +179,7 @@ def train(cfg: TrainConfig, callbacks: tuple[BaseCallback, ...] = ()) -> Path:
     and the run folder is finished as usual (tune.py prunes trials this way)."""
     task = load_task(cfg.task)  # fail on a bad task before making a run directory
     cfg.check_combination()
+    check_task_aids(cfg, task)
     run = run_name(cfg, task.name)
     run_dir = Path(cfg.runs_dir) / run
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -189,6 +190,18 @@ def train(cfg: TrainConfig, callbacks: tuple[BaseCallback, ...] = ()) -> Path:
     if cfg.demos:
         add_demos(model, venv, cfg, run_dir)
     return _learn(model, cfg, task, venv, run_dir, run, extra=callbacks)
+
+
+def check_task_aids(cfg: TrainConfig, task) -> None:
+    """The aids that need the task's `expert:` plan, and HER's single-object goal, fail in one line before a run starts."""
+    needs_plan = [name for name, on in (("demos", cfg.demos > 0), ("curriculum.enabled", cfg.curriculum.enabled)) if on]
+    if needs_plan and task.plan is None:
+        raise ConfigError(f"{needs_plan[0]}: task '{task.name}' has no `expert:` plan to follow ({task.source})")
+    if cfg.reward_source == "her":
+        try:
+            GoalView(task)
+        except ValueError as exc:
+            raise ConfigError(str(exc).split(" (movable")[0]) from None
 
 
 def add_demos(model, venv, cfg: TrainConfig, run_dir: Path) -> dict:
