@@ -259,27 +259,70 @@ def test_cli_has_finetune_commands():
 
 
 # ---- labelling page ------------------------------------------------------------------------------
-def test_label_ui_records_a_label(tmp_path):
-    from robo_prm.finetune.ui import LabelSession, make_server
+def raw_task_of(name: str) -> dict:
+    from robo_prm.finetune.labels import raw_task
 
-    png = tmp_path / "f.png"
-    png.write_bytes(b"\x89PNG fake")
-    queue = _labels(2)
-    queue[0].frame = str(png)
-    session = LabelSession(queue, tmp_path / "human.jsonl")
-    server = make_server(session, port=0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        page = urllib.request.urlopen(base + "/?i=0").read().decode()
-        assert "Scene 1 of 2" in page and "tool_near_edge" in page and "/frame?i=0" in page
-        assert urllib.request.urlopen(base + "/frame?i=0").read() == png.read_bytes()
-        body = urllib.parse.urlencode({"i": 0, "score": 7, "hazard": "tool_near_edge", "token": session.token}).encode()
-        assert f'value="{session.token}"' in page  # the form carries the session token
-        resp = urllib.request.urlopen(base + "/label", data=body)
-        assert "Scene 2 of 2" in resp.read().decode()  # redirected to the next scene
-    finally:
-        server.shutdown()
-        server.server_close()
-    [lab] = read_labels(tmp_path / "human.jsonl")
-    assert lab.target == 7.0 and lab.hazards == ["tool_near_edge"] and lab.source == "human" and lab.frame == str(png)
+    return raw_task(name)
+
+
+def test_labels_from_a_run_read_recorded_states_and_rule_progress(tmp_path):
+    from robo_prm.finetune.labels import run_labels
+    from robo_prm.replay.episode import EpisodeMeta, EpisodeWriter, StepRecord
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("task: push_tool_from_edge\n")
+    scenes = ["The gripper is open, far from the hammer. The hammer lies 5 cm from the front edge of the table.",
+              "The gripper is closed around the hammer. The hammer is held 10 cm above the table."]
+    with EpisodeWriter(run / "episodes" / "ep_0000", EpisodeMeta(task="push_tool_from_edge", goal="g")) as w:
+        w.add_frame(np.zeros((8, 8, 3), np.uint8))
+        for i, (text, rp) in enumerate([(scenes[0], 0.1), (scenes[0], 0.1), (scenes[1], 0.6), ("old", None)]):
+            w.add_frame(np.zeros((8, 8, 3), np.uint8))
+            w.add_step(StepRecord(step=i, description=text, rule_progress=rp,
+                                  hazards_true=["tool_near_edge"] if rp == 0.1 else []))
+    labs = list(run_labels(run, log=lambda *_: None))
+    assert [lab.scene for lab in labs] == scenes  # de-duplicated, the step without rule progress skipped
+    assert [lab.target for lab in labs] == pytest.approx([1.9, 6.4])
+    assert labs[0].hazards == ["tool_near_edge"] and labs[0].source == "policy" and labs[0].split == "train"
+    assert labs[1].reason and "hammer" in labs[1].reason and labs[1].judge_text().goal.startswith("Push or carry")
+    with pytest.raises(ValueError, match="not a run folder"):
+        list(run_labels(tmp_path))
+
+
+def test_generated_task_labels_keep_each_files_split_and_family(tmp_path):
+    import yaml
+
+    from robo_prm.finetune.labels import generated_labels, generated_variants
+    from robo_prm.finetune.lora import balance_group, select_labels
+
+    raw = raw_task_of("push_tool_from_edge")
+    for name, split, family in (("g_train", "train", "fam_a"), ("g_held", "heldout_phrasing", "fam_b")):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({**raw, "name": name, "split": split, "family": family}))
+    assert {v.base: v.split for v in generated_variants(tmp_path)} == {"g_train": "train", "g_held": "heldout"}
+    train = list(generated_labels(tmp_path, "train", sources=("scripted",), log=lambda *_: None))
+    held = list(generated_labels(tmp_path, "heldout", sources=("scripted",), log=lambda *_: None))
+    assert train and held and {lab.task for lab in train} == {"g_train"} and {lab.task for lab in held} == {"g_held"}
+    assert all(lab.split == "train" and balance_group(lab) == "family:fam_a" for lab in train)
+    assert all(lab.split == "heldout" for lab in held) and not select_labels(held, 10)
+    assert all(lab.reason for lab in train)
+
+
+def test_hazard_thresholds_are_fitted_per_kind_and_map_to_one_half(tmp_path):
+    from robo_prm.finetune.calibrate import fit_hazard_thresholds
+    from robo_prm.judge.scoring import hazard_kind
+
+    rng = np.random.default_rng(0)
+    recs = [("edge", float(rng.uniform(0.3, 0.45)), True) for _ in range(20)]  # an under-confident kind
+    recs += [("edge", float(rng.uniform(0.0, 0.25)), False) for _ in range(20)]
+    recs += [("fell", float(rng.uniform(0.6, 1.0)), True) for _ in range(3)]  # too few positives: no own threshold
+    fit = fit_hazard_thresholds(recs)
+    assert 0.25 < fit["edge"]["threshold"] < 0.45 and fit["edge"]["f1"] == 1.0 and "fell" not in fit
+    cal = Calibrator((0.0, 1.0), (0.0, 1.0), (("*", 0.8), ("edge", fit["edge"]["threshold"])))  # sorted, as loaded
+    save_calibrator(cal, tmp_path / "c.json")
+    back = Calibrator.load(tmp_path / "c.json")
+    assert back == cal
+    t = fit["edge"]["threshold"]
+    assert back.hazard("hammer_near_edge", t) == pytest.approx(0.5) and back.hazard("near_edge", 0.4) > 0.5
+    assert back.hazard("cup_fell", 0.7) < 0.5 < back.hazard("cup_fell", 0.9)  # "*" threshold 0.8
+    assert hazard_kind("x", "the cup lies tipped over") == "tipped" and hazard_kind("mystery") == "*"
+    assert Calibrator((0.0, 1.0), (0.0, 1.0)).hazard("near_edge", 0.3) == 0.3

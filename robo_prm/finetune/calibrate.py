@@ -44,9 +44,36 @@ def fit_calibrator(raw: Sequence[float], target: Sequence[float]) -> Calibrator:
     return Calibrator(tuple(float(bx[i]) for i in keep), tuple(float(by[i]) for i in keep))
 
 
+def fit_hazard_thresholds(records: Sequence[tuple[str, float, bool]], min_each: int = 8) -> dict[str, dict]:
+    """Per hazard kind ("*": all records), the P(yes) threshold with the best F1 on (kind, p, present) records;
+    a kind with fewer than `min_each` positives or negatives gets none (it falls back to "*").
+    Returns {kind: {"threshold", "f1", "precision", "recall", "positives", "negatives"}}."""
+    by_kind: dict[str, list[tuple[float, bool]]] = {"*": []}
+    for kind, p, present in records:
+        by_kind.setdefault(kind, []).append((float(p), bool(present)))
+        by_kind["*"].append((float(p), bool(present)))
+    out = {}
+    for kind, rows in by_kind.items():
+        p = np.array([r[0] for r in rows])
+        y = np.array([r[1] for r in rows])
+        if y.sum() < min_each or (~y).sum() < min_each:
+            continue
+        best = None
+        for t in np.unique(np.clip(p, 0.02, 0.98)):
+            hit = p >= t
+            tp = float((hit & y).sum())
+            prec, rec = tp / max(hit.sum(), 1), tp / y.sum()
+            f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+            if best is None or f1 > best["f1"] + 1e-12:
+                best = {"threshold": float(t), "f1": f1, "precision": prec, "recall": rec}
+        out[kind] = {**best, "positives": int(y.sum()), "negatives": int((~y).sum())}
+    return out
+
+
 def save_calibrator(cal: Calibrator, path: str | Path, info: dict | None = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"x": list(cal.x), "y": list(cal.y), **(info or {})}, indent=1))
+    th = {"hazard_thresholds": dict(cal.hazard_thresholds)} if cal.hazard_thresholds else {}
+    path.write_text(json.dumps({"x": list(cal.x), "y": list(cal.y), **th, **(info or {})}, indent=1))
     return path
 

@@ -94,6 +94,11 @@ def cmd_label(args) -> int:
             if args.split in (split, "both"):
                 n += write_labels(generated_labels(args.generated, split, args.generated_episodes, seed, args.stride),
                                   args.out, append=True)
+    if args.from_run:  # states learning policies visited (train split): label rounds aggregate by appending
+        from robo_prm.finetune.labels import run_labels
+
+        for run in _csv(args.from_run):
+            n += write_labels(run_labels(run), args.out, append=True)
     print(f"wrote {n} labels to {args.out}")
     return 0
 
@@ -107,33 +112,45 @@ def cmd_finetune(args) -> int:
         cfg = LoraTrainConfig(**{f.name: getattr(args, f.name) for f in fields(LoraTrainConfig)})
         finetune(args.labels, out, cfg)
     if args.calibrate:
-        calibrate_adapter(args.labels, out, threads=args.threads)
+        calibrate_adapter(args.labels, out, threads=args.threads, max_labels=args.calibrate_labels, seed=args.seed)
     return 0
 
 
-def calibrate_adapter(labels_path, adapter_dir, threads: int = 1, echo=print) -> dict:
-    """Fit the isotonic calibrator of the fine-tuned judge on the held-out labels → ADAPTER/calibrator.json."""
+def calibrate_adapter(labels_path, adapter_dir, threads: int = 1, echo=print, max_labels: int = 0, seed: int = 0) -> dict:
+    """Fit the fine-tuned judge's calibrator on the held-out labels → ADAPTER/calibrator.json: the isotonic map of
+    progress, and one P(yes) threshold per hazard kind (best F1; every hazard of a label's task is asked)."""
+    import dataclasses
+    import random
+
     import numpy as np
 
-    from robo_prm.finetune.calibrate import fit_calibrator, save_calibrator
-    from robo_prm.metrics import ece
-    from robo_prm.provenance import provenance
+    from robo_prm.finetune.calibrate import fit_calibrator, fit_hazard_thresholds, save_calibrator
     from robo_prm.finetune.labels import read_labels
     from robo_prm.judge import make_judge
-
-    import dataclasses
+    from robo_prm.judge.scoring import hazard_kind
+    from robo_prm.metrics import ece
+    from robo_prm.provenance import provenance
 
     labels = read_labels(labels_path, split="heldout")
-    judge = make_judge(dataclasses.replace(lora_judge_config(str(adapter_dir), threads=threads), hazards_from="rules"))
+    if max_labels and len(labels) > max_labels:
+        labels = random.Random(seed).sample(labels, max_labels)
+    judge = make_judge(dataclasses.replace(lora_judge_config(str(adapter_dir), threads=threads), hazards_from="llm"))
     t0 = time.perf_counter()
-    raw = np.array([j.progress for j in judge_labels(judge, labels)])
+    judged = judge_labels(judge, labels)
     judge.close()
+    raw = np.array([j.progress for j in judged])
     target = np.array([(lab.target - 1.0) / 9.0 for lab in labels])
-    cal = fit_calibrator(raw, target)
+    records = []
+    for lab, j in zip(labels, judged):
+        texts = {h.name: h.text for h in lab.judge_text().hazards}
+        records += [(hazard_kind(h.name, texts.get(h.name, "")), h.probability, h.name in lab.hazards) for h in j.hazards]
+    hazards = fit_hazard_thresholds(records)
+    cal = dataclasses.replace(fit_calibrator(raw, target),
+                              hazard_thresholds=tuple(sorted((k, v["threshold"]) for k, v in hazards.items())))
     after = np.array([cal(p) for p in raw])
     info = {"fitted_on": f"{labels_path} (split heldout, {len(labels)} labels)", "ece_before": ece(raw, target),
-            "ece_after_in_sample": ece(after, target), "seconds": round(time.perf_counter() - t0, 1),
-            "provenance": provenance()}
+            "ece_after_in_sample": ece(after, target), "hazard_fit": hazards,
+            "seconds": round(time.perf_counter() - t0, 1), "provenance": provenance()}
     save_calibrator(cal, Path(adapter_dir) / "calibrator.json", info)
     echo(json.dumps(info))
     return info
@@ -258,6 +275,7 @@ class LabelArgs:
     seed: int = opt(0, "auto: seed of the first episode (held out: seed + 1)")
     generated: str | None = opt(None, "auto: also label every task file of this `tasks generate` folder (its split)")
     generated_episodes: int = opt(1, "auto: episodes per source per generated task")
+    from_run: list[str] = opt([], "auto: also label the recorded states of these run folders (source policy)")
     queue: str | None = opt(None, "ui: label JSONL of scenes to label")
     port: int = opt(8765, "ui: port of the page on 127.0.0.1")
     compare: bool = opt(True, "ui: once a scene is answered, show the judge's score, reason and hazards beside it")
@@ -269,6 +287,7 @@ class FinetuneArgs(LoraTrainConfig):
     labels: str = opt(help="label JSONL (train split: training; heldout split: the calibrator)")
     out: str = opt(help="adapter folder")
     calibrate: bool = opt(False, "fit OUT/calibrator.json on the held-out labels")
+    calibrate_labels: int = opt(600, "held-out labels the calibrator is fitted on (a random draw; 0: all)")
     skip_train: bool = opt(False, "only calibrate an existing adapter")
 
 

@@ -38,7 +38,7 @@ from robo_prm.types import HazardText, TaskText
 
 TRAIN_TASKS = ("reach_tool", "push_tool_from_edge", "tidy_table")
 HELDOUT_TASKS = ("place_cup_in_bin",)
-SOURCES = ("scripted", "perturbed", "random", "human")
+SOURCES = ("scripted", "perturbed", "random", "policy", "human")
 
 
 def progress_to_target(progress: float) -> float:
@@ -363,3 +363,35 @@ def generated_labels(folder: str | Path, split: str = "train", episodes: int = 1
             total += 1
             yield lab
     log(f"{folder} ({split}): {total} labels over {len(variants)} generated tasks")
+
+
+def run_labels(run_dir: str | Path, log=print) -> Iterator[Label]:
+    """Labels from the states a learning policy visited: every recorded step (training and evaluation episodes)
+    of a run folder, with the run's task text; target from the rule progress the recorder stored (episodes
+    recorded before it was stored are skipped, and said so). Source `policy`, split `train`; de-duplicated per
+    scene text. A run's replay buffer holds observation vectors, not scenes, so it is not read."""
+    from robo_prm.replay.episode import load_episode
+
+    run_dir = Path(run_dir)
+    cfg = run_dir / "config.yaml"
+    if not cfg.exists():
+        raise ValueError(f"{run_dir}: not a run folder (no config.yaml)")
+    task = load_task(str(load_yaml(cfg)["task"]))
+    focus, text, seen, skipped = goal_words(task), text_of(task.spec), set(), 0
+    folders = sorted({p.parent for p in run_dir.glob("**/steps.jsonl")})
+    for folder in folders:
+        ep = load_episode(folder)
+        for rec in ep.steps:
+            if rec.rule_progress is None:
+                skipped += 1
+                continue
+            if not rec.description or rec.description in seen:
+                continue
+            seen.add(rec.description)
+            yield Label(task=task.name, scene=rec.description, target=progress_to_target(rec.rule_progress),
+                        hazards=list(rec.hazards_true), source="policy", task_text=text, split="train",
+                        base_task=task.name, variant="policy", rule_progress=float(rec.rule_progress),
+                        episode=f"{run_dir.name}/{folder.relative_to(run_dir)}", step=rec.step,
+                        reason=reason_target(rec.description, focus))
+    log(f"{run_dir}: {len(seen)} policy-state labels from {len(folders)} episodes"
+        + (f" ({skipped} steps recorded without rule progress skipped)" if skipped else ""))

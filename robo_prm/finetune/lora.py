@@ -61,7 +61,8 @@ class LoraTrainConfig:
     reason_share: float = opt(0.5, "share of the scenes that also get a reason row")
     threads: int = opt(1, "torch threads")
     seed: int = opt(0, "seed of the label draw and the batches")
-    max_minutes: float = opt(20.0, "stop (and save) after this much training wall time")
+    max_minutes: float = opt(20.0, "stop (and save) after this much training wall time (the learning rate's cosine "
+                                   "decay follows it when it ends training before the plan does)")
     resume: str | None = opt(None, "continue training this adapter folder (its r, alpha and targets win)")
 
 
@@ -240,18 +241,22 @@ class LoraTrainer:
             plan += bs[: max(1, int(round(len(bs) * min(1.0, epochs))))]
             epochs -= 1.0
         total = len(plan)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt, lambda s: min(1.0, (s + 1) / max(1, total // 10)) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+        budget_s = cfg.max_minutes * 60
         self.model.train()
         t0, run = time.perf_counter(), []
         step = 0
         for step, batch in enumerate(plan, 1):
+            # warm-up, then cosine decay over whichever ends first, the plan or the time budget: a run that the
+            # budget stops still ends at a low learning rate instead of being cut at its peak
+            done = max((step - 1) / total, (time.perf_counter() - t0) / budget_s if budget_s > 0 else 0.0)
+            warm = min(1.0, 0.05 + 10 * done)  # warm-up over the first tenth of the plan or the budget
+            for group in self.opt.param_groups:
+                group["lr"] = cfg.lr * warm * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
             loss = self.loss(batch, rng)
             self.opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.params, 1.0)
             self.opt.step()
-            sched.step()
             run.append(float(loss.detach()))
             elapsed = time.perf_counter() - t0
             if step % log_every == 0 or step == total:

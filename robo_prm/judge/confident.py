@@ -156,7 +156,10 @@ class ConfidentJudge:
                 progress = min(max(float(s.progress), 0.0), 1.0) if s.progress == s.progress else progress
         if self.calibrator is not None:
             progress = self.calibrator(progress)
-        llm_hazards = tuple(HazardReport(n, task.severity(n), float(p)) for n, p in s.hazards.items())
+        rescale = getattr(self.calibrator, "hazard", None)  # per-kind thresholds fitted with the calibrator
+        texts = {h.name: h.text for h in task.hazards}
+        llm_hazards = tuple(HazardReport(n, task.severity(n), float(rescale(n, p, texts.get(n, "")) if rescale else p))
+                            for n, p in s.hazards.items())
         reason = clean_reason(s.reason)
         if self.cfg.reason_guard and reason:
             reason, dropped = drop_contradictions(reason, scene.facts, scene.text)

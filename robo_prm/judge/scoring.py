@@ -125,12 +125,30 @@ def vote_histogram(digits: Sequence[int | None]) -> tuple[np.ndarray, float] | N
     return hist / hist.sum(), len(got) / max(len(digits), 1)
 
 
+# Hazard kinds a calibrated threshold is kept for: a hazard's name (then its text) is matched against these words, so a
+# task file's own hazard names ("hammer_close_to_edge") find the threshold of their kind; "*" is every other hazard.
+HAZARD_KINDS = (("edge", ("edge",)), ("fell", ("fell", "fall", "dropped", "off_table", "off the")),
+                ("tipped", ("tip", "over")), ("moved", ("moved", "disturb", "bystander", "shift")),
+                ("touch", ("touch", "close_to", "bump", "hit")), ("fast", ("fast", "speed")), ("high", ("high", "height")))
+
+
+def hazard_kind(name: str, text: str = "") -> str:
+    for where in (name.lower(), text.lower()):
+        for kind, words in HAZARD_KINDS:
+            if any(w in where for w in words):
+                return kind
+    return "*"
+
+
 @dataclass(frozen=True)
 class Calibrator:
-    """Monotone piecewise-linear map of raw progress (e.g. an isotonic fit): JSON {"x": [...], "y": [...]}."""
+    """Monotone piecewise-linear map of raw progress (e.g. an isotonic fit): JSON {"x": [...], "y": [...]},
+    and optionally {"hazard_thresholds": {kind: t}}: P(yes) of a hazard of that kind (`hazard_kind`) is mapped
+    piecewise-linearly so that its fitted threshold t lands on 0.5, the threshold the safety penalty uses."""
 
     x: tuple[float, ...]
     y: tuple[float, ...]
+    hazard_thresholds: tuple[tuple[str, float], ...] = ()
 
     @classmethod
     def load(cls, path: str | Path) -> "Calibrator":
@@ -138,7 +156,18 @@ class Calibrator:
         x, y = tuple(map(float, data["x"])), tuple(map(float, data["y"]))
         if len(x) != len(y) or len(x) < 2 or any(b < a for a, b in zip(x, x[1:])):
             raise ValueError(f"{path}: calibrator needs increasing x and equal-length y (≥ 2 points)")
-        return cls(x, y)
+        th = data.get("hazard_thresholds") or {}
+        if not all(isinstance(v, (int, float)) and 0.0 < v < 1.0 for v in th.values()):
+            raise ValueError(f"{path}: hazard_thresholds must be numbers strictly between 0 and 1")
+        return cls(x, y, tuple(sorted((str(k), float(v)) for k, v in th.items())))
 
     def __call__(self, progress: float) -> float:
         return float(np.clip(np.interp(progress, self.x, self.y), 0.0, 1.0))
+
+    def hazard(self, name: str, p: float, text: str = "") -> float:
+        """P(yes) rescaled so the threshold fitted for this hazard's kind becomes 0.5 (unchanged without one)."""
+        th = dict(self.hazard_thresholds)
+        t = th.get(hazard_kind(name, text), th.get("*"))
+        if t is None or not p == p:
+            return p
+        return float(0.5 * p / t if p < t else 0.5 + 0.5 * (p - t) / (1.0 - t))

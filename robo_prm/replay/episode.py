@@ -132,6 +132,7 @@ class StepRecord:
     predicates: dict[str, bool | float] = field(default_factory=dict)
     success: bool = False
     hazards_true: list[str] = field(default_factory=list)  # simulator hazard predicates that hold
+    rule_progress: float | None = None  # the task's rule progress (milestones, distances): labels from a run's states
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -144,6 +145,7 @@ class StepRecord:
             "predicates": {k: v if isinstance(v, (bool, np.bool_)) else float(v) for k, v in self.predicates.items()},
             "success": bool(self.success),
             "hazards_true": [str(h) for h in self.hazards_true],
+            "rule_progress": None if self.rule_progress is None else float(self.rule_progress),
         }
 
     @classmethod
@@ -159,6 +161,7 @@ class StepRecord:
             predicates={k: v if isinstance(v, bool) else float(v) for k, v in d.get("predicates", {}).items()},
             success=bool(d.get("success", False)),
             hazards_true=[str(h) for h in d.get("hazards_true", [])],
+            rule_progress=None if d.get("rule_progress") is None else float(d["rule_progress"]),
         )
 
 

@@ -29,6 +29,7 @@ def step_record(t: int, action, info: dict, env_reward: float | None = None) -> 
         predicates=dict(info.get("predicates", {})),
         success=bool(info.get("is_success", False)),
         hazards_true=list(info.get("hazards", ())),
+        rule_progress=getattr(info.get("description"), "rule_progress", None),
     )
 
 
