@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-POLICIES = ("rules", "milestones_only", "blend_by_confidence", "none")
+# "+raw_reasons": the same policy with judge.reason_guard off — the model's own reasons, before the judge drops
+# sentences that contradict the scene (the same LLM answers: the memo serves both)
+POLICIES = ("rules", "milestones_only", "blend_by_confidence", "none", "milestones_only+raw_reasons")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     base = make_judge(cfg)
     memo = MemoBackend(base.backend)
     policies = args.policies.split(",")
-    judges = {p: ConfidentJudge(memo, dataclasses.replace(base.cfg, fallback=p), base.calibrator) for p in policies}
+    judges = {p: ConfidentJudge(memo, dataclasses.replace(base.cfg, fallback=p.split("+")[0],
+                                                          reason_guard="+raw_reasons" not in p), base.calibrator)
+              for p in policies}
     out_path = RESULTS / f"judge_any_task_{args.name}.json"
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     meta = {**provenance("python benchmarks/judge_any_task.py " + " ".join(argv or sys.argv[1:])), "uptime_start": load,

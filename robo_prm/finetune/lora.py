@@ -53,15 +53,15 @@ class LoraTrainConfig:
     lr: float = opt(1e-3, "peak learning rate (AdamW, warm-up then cosine decay)")
     epochs: float = opt(1.0, "passes over the selected labels (fractions allowed)")
     batch_size: int = opt(8, "scenes per step (all of one task text)")
-    max_labels: int = opt(960, "labels used (balanced over base tasks and score digits); 0: all")
+    max_labels: int = opt(1600, "labels used (balanced over base tasks / generated families and score digits); 0: all")
     sigma: float = opt(0.6, "width of the soft target over digits")
     hazard_weight: float = opt(0.5, "weight of the hazard rows (0: none)")
-    hazard_rows: int = opt(1, "hazard questions per scene (sampled, yes-answers preferred)")
+    hazard_rows: int = opt(2, "hazard questions per scene (sampled, yes-answers preferred)")
     reason_weight: float = opt(0.3, "weight of the reason rows (0: none; labels without a reason get none)")
-    reason_share: float = opt(0.5, "share of the scenes that also get a reason row")
+    reason_share: float = opt(0.3, "share of the scenes that also get a reason row")
     threads: int = opt(1, "torch threads")
     seed: int = opt(0, "seed of the label draw and the batches")
-    max_minutes: float = opt(20.0, "stop (and save) after this much training wall time (the learning rate's cosine "
+    max_minutes: float = opt(40.0, "stop (and save) after this much training wall time (the learning rate's cosine "
                                    "decay follows it when it ends training before the plan does)")
     resume: str | None = opt(None, "continue training this adapter folder (its r, alpha and targets win)")
 
