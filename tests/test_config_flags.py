@@ -199,4 +199,4 @@ def test_former_default_disagreements_follow_the_shipped_artefacts():
     lora = config_from_args(FinetuneArgs, args, extra)
     assert {f.name: getattr(lora, f.name) for f in dataclasses.fields(LoraTrainConfig)} == to_dict(LoraTrainConfig())
     trained = json.loads((models / "judge_lora" / "train_info.json").read_text())["config"]
-    assert (lora.targets, lora.max_labels) == (trained["targets"], trained["max_labels"]) == (["q_proj", "v_proj", "o_proj"], 1600)
+    assert (lora.targets, lora.max_labels) == (trained["targets"], trained["max_labels"]) == (["q_proj", "v_proj", "o_proj"], 960)

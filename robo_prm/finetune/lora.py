@@ -53,7 +53,7 @@ class LoraTrainConfig:
     lr: float = opt(1e-3, "peak learning rate (AdamW, warm-up then cosine decay)")
     epochs: float = opt(1.0, "passes over the selected labels (fractions allowed)")
     batch_size: int = opt(8, "scenes per step (all of one task text)")
-    max_labels: int = opt(1600, "labels used (balanced over base tasks / generated families and score digits); 0: all")
+    max_labels: int = opt(960, "labels used (balanced over base tasks / generated families and score digits); 0: all")
     sigma: float = opt(0.6, "width of the soft target over digits")
     hazard_weight: float = opt(0.5, "weight of the hazard rows (0: none)")
     hazard_rows: int = opt(2, "hazard questions per scene (sampled, yes-answers preferred)")
