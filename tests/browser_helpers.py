@@ -7,6 +7,8 @@ too when it is set (`ROBO_PRM_SCREENSHOTS=docs/img pytest tests/test_ui_browser.
 from __future__ import annotations
 
 import os
+import threading
+from contextlib import contextmanager
 import shutil
 from pathlib import Path
 
@@ -43,3 +45,17 @@ def screenshot(driver, tmp_path: Path, name: str) -> Path:
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, dest / name)
     return path
+
+
+@contextmanager
+def serving(session):
+    """A labelling session served on a free loopback port for one test: (session, base URL, its JSONL path)."""
+    from robo_prm.finetune.ui import make_server
+
+    server = make_server(session, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield session, f"http://127.0.0.1:{server.server_address[1]}", session.out
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -2,7 +2,6 @@
 parameters with 400 instead of a traceback."""
 from __future__ import annotations
 
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -10,21 +9,16 @@ import urllib.request
 import pytest
 
 from robo_prm.finetune.labels import Label, read_labels
-from robo_prm.finetune.ui import LabelSession, make_server
+from robo_prm.finetune.ui import LabelSession
+from browser_helpers import serving
 
 
 @pytest.fixture
 def served(tmp_path):
     queue = [Label(task="push_tool_from_edge", scene=f"scene {i}", target=5.0,
                    task_file="push_tool_from_edge") for i in range(2)]
-    session = LabelSession(queue, tmp_path / "human.jsonl")
-    server = make_server(session, port=0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield session, f"http://127.0.0.1:{server.server_address[1]}", tmp_path / "human.jsonl"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(LabelSession(queue, tmp_path / "human.jsonl")) as served:
+        yield served
 
 
 def _status(url: str, data: bytes | None = None, headers: dict | None = None) -> int:

@@ -15,10 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
-from browser_helpers import browser_or_skip, screenshot
+from browser_helpers import browser_or_skip, screenshot, serving
 
 from robo_prm.finetune.labels import label_states, make_variant, read_labels, rollout_states
-from robo_prm.finetune.ui import LabelSession, make_server
+from robo_prm.finetune.ui import LabelSession
 from robo_prm.judge import JudgeConfig, make_judge
 from robo_prm.replay import EpisodeMeta, EpisodeWriter, StepRecord
 from robo_prm.replay.html import write_viewer
@@ -54,14 +54,8 @@ def queue():
 
 @pytest.fixture
 def served(tmp_path, queue):
-    session = LabelSession(queue, tmp_path / "human.jsonl", judge=make_judge(JudgeConfig(backend="rules")))
-    server = make_server(session, port=0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield session, f"http://127.0.0.1:{server.server_address[1]}", tmp_path / "human.jsonl"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(LabelSession(queue, tmp_path / "human.jsonl", judge=make_judge(JudgeConfig(backend="rules")))) as served:
+        yield served
 
 
 def _lines(path) -> list[dict]:
