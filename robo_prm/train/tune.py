@@ -252,12 +252,51 @@ def tune_worker(url: str, name: str, base: dict, args: TuneArgs, worker: int = 0
         except Exception:  # noqa: BLE001 - a sibling that never started: go on alone
             log.warning("worker %d: not every worker started; going on", worker)
     ran = 0
+    claim = TrialClaim(url, name)
     while True:
+        claim.acquire()  # count and create the next trial under one lock, so workers cannot both take the last one
         fail_stale_trials(study)
         if _counted(study) >= args.trials:
+            claim.release()
             return ran
-        study.optimize(lambda t: objective(t, base, args, study_dir), n_trials=1, gc_after_trial=True)
+
+        def run(trial):
+            claim.release()  # the trial exists (RUNNING, counted) once the objective is called
+            return objective(trial, base, args, study_dir)
+
+        try:
+            study.optimize(run, n_trials=1, gc_after_trial=True)
+        finally:
+            claim.release()
         ran += 1
+
+
+class TrialClaim:
+    """An exclusive file lock per (storage, study) on this machine: held from counting a study's trials until the next
+    trial is created. Workers on one machine (`--workers K`, or several commands) then never overshoot `--trials`;
+    commands on different machines sharing a server can still each start a last trial (at most one extra per machine)."""
+
+    def __init__(self, url: str, name: str):
+        import hashlib
+
+        root = Path(os.environ.get("ROBO_PRM_CACHE", Path.home() / ".cache" / "robo_prm")) / "tune_locks"
+        root.mkdir(parents=True, exist_ok=True)
+        self.path = root / (hashlib.sha256(f"{url}\0{name}".encode()).hexdigest()[:24] + ".lock")
+        self._fh = None
+
+    def acquire(self) -> None:
+        import fcntl
+
+        self._fh = open(self.path, "a")
+        fcntl.flock(self._fh, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self._fh is not None:
+            import fcntl
+
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
 
 
 def _spawned_worker(url, name, base, args, worker, barrier):
