@@ -10,7 +10,7 @@ One line per labelled scene::
      "frame": null,                                 # optional image path (UI labels)
      "target": 4.6,                                 # progress on the 1-10 scale
      "hazards": ["tool_near_edge"],                 # hazard names present
-     "source": "scripted" | "perturbed" | "random" | "human",
+     "source": "scripted" | "perturbed" | "random" | "policy" | "human",
      "split": "train" | "heldout",                  # held-out labels are never trained on
      "base_task": "push_tool_from_edge", "variant": "mallet_p1", "rule_progress": 0.4, "episode": "...", "step": 12}
 
@@ -291,7 +291,7 @@ def reason_target(scene: str, focus: Sequence[str], max_sentences: int = 2) -> s
     sents = [s.strip() for s in re.split(r"(?<=[.!?])\s+", scene.strip()) if s.strip()]
     about = [s for s in sents if any(re.search(rf"\b{re.escape(w.lower())}\b", s.lower()) for w in focus)]
     gripper = [s for s in sents if s.lower().startswith("the gripper")]
-    picked = list(dict.fromkeys((gripper[:1] + about) if not any(s in about for s in gripper) else about))
+    picked = list(dict.fromkeys(gripper[:1] + about))  # the scene states the gripper first
     return " ".join(picked[:max_sentences]) or None
 
 

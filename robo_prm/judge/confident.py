@@ -157,9 +157,10 @@ class ConfidentJudge:
         if self.calibrator is not None:
             progress = self.calibrator(progress)
         rescale = getattr(self.calibrator, "hazard", None)  # per-kind thresholds fitted with the calibrator
-        texts = {h.name: h.text for h in task.hazards}
-        llm_hazards = tuple(HazardReport(n, task.severity(n), float(rescale(n, p, texts.get(n, "")) if rescale else p))
-                            for n, p in s.hazards.items())
+        if rescale is not None and s.hazards:
+            texts = {h.name: h.text for h in task.hazards}
+            s = dataclasses.replace(s, hazards={n: rescale(n, p, texts.get(n, "")) for n, p in s.hazards.items()})
+        llm_hazards = tuple(HazardReport(n, task.severity(n), float(p)) for n, p in s.hazards.items())
         reason = clean_reason(s.reason)
         if self.cfg.reason_guard and reason:
             reason, dropped = drop_contradictions(reason, scene.facts, scene.text)
