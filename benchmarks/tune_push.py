@@ -2,6 +2,8 @@
 the shipped defaults over 3 seeds, same budget and flags.
 
     python benchmarks/tune_push.py                     # the full experiment: 20 trials × 30k SAC steps, then 2 × 3 runs
+    python benchmarks/tune_push.py --steps 10000 --eval_every 2500 --workers 2 --parallel 2 \\
+        --extra "--judge.backend rules"                 # the 2-core study of docs/BENCHMARKS.md (one process per core)
     python benchmarks/tune_push.py --trials 6 --steps 4000 --eval_every 1000 --eval_episodes 5 \\
         --extra "--judge.backend rules --sac.learning_starts 500"       # the small study of docs/BENCHMARKS.md
 
@@ -43,16 +45,33 @@ def cli(*words: str) -> None:
         raise SystemExit(f"failed: robo-prm {' '.join(words)}")
 
 
-def compare_run(variant: str, seed: int, args, report: Path) -> dict:
-    name = f"compare_{variant}__seed{seed}"
-    run_dir = Path(args.runs_dir) / "tune" / args.study / name
-    if not (run_dir / "summary.json").exists():
-        config = ["--config", str(report / "best_config.yaml")] if variant == "tuned" else []
-        t0 = time.perf_counter()
-        cli("train", *config, *common(args), "--seed", str(seed), "--runs_dir", str(run_dir.parent), "--run_name", name,
-            "--checkpoint_every", "0")
+def compare_dir(variant: str, seed: int, args) -> Path:
+    return Path(args.runs_dir) / "tune" / args.study / f"compare_{variant}__seed{seed}"
+
+
+def train_compare_runs(jobs: list[tuple[str, int]], args, report: Path) -> None:
+    """Train the comparison runs not finished yet, `--parallel` at a time (one process per core)."""
+    todo = [(v, s) for v, s in jobs if not (compare_dir(v, s, args) / "summary.json").exists()]
+    running: list[tuple[subprocess.Popen, Path, float]] = []
+    while todo or running:
+        while todo and len(running) < args.parallel:
+            variant, seed = todo.pop(0)
+            run_dir = compare_dir(variant, seed, args)
+            config = ["--config", str(report / "best_config.yaml")] if variant == "tuned" else []
+            words = ["train", *config, *common(args), "--seed", str(seed), "--runs_dir", str(run_dir.parent),
+                     "--run_name", run_dir.name, "--checkpoint_every", "0"]
+            print("$ robo-prm " + " ".join(words), file=sys.stderr, flush=True)
+            running.append((subprocess.Popen([sys.executable, "-m", "robo_prm.cli", *words], cwd=ROOT), run_dir,
+                            time.perf_counter()))
+        proc, run_dir, t0 = running.pop(0)
+        if proc.wait() != 0:
+            raise SystemExit(f"failed: comparison run {run_dir.name}")
         (run_dir / "wall_s.txt").write_text(f"{time.perf_counter() - t0:.1f}\n")
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # ~1 GB of replay buffer each; final_model.zip stays
+
+
+def compare_run(variant: str, seed: int, args) -> dict:
+    run_dir = compare_dir(variant, seed, args)
     from robo_prm.train.tune import objective_value
 
     history = json.loads((run_dir / "eval" / "eval_history.json").read_text())
@@ -89,6 +108,8 @@ def main():
     ap.add_argument("--storage", default=None, help="default: sqlite:///<runs_dir>/tune.db")
     ap.add_argument("--runs_dir", default=str(ROOT / "runs" / "bench_tune"))
     ap.add_argument("--seeds", default="0,1,2", help="seeds of the comparison (the study trains seed 0)")
+    ap.add_argument("--workers", type=int, default=1, help="study processes on this machine (robo-prm tune --workers)")
+    ap.add_argument("--parallel", type=int, default=1, help="comparison runs trained at once")
     ap.add_argument("--extra", default="", help="flags for every trial and comparison run")
     ap.add_argument("--phases", default="study,report,compare")
     ap.add_argument("--variants", default="default,tuned")
@@ -101,17 +122,20 @@ def main():
     phases = args.phases.split(",")
     if "study" in phases:
         cli("tune", *common(args), "--trials", str(args.trials), "--study", args.study, "--storage", storage,
-            "--runs_dir", args.runs_dir, "--hazard_weight", str(args.hazard_weight), "--checkpoint_every", "0")
+            "--runs_dir", args.runs_dir, "--hazard_weight", str(args.hazard_weight), "--checkpoint_every", "0", "--workers", str(args.workers))
     if "report" in phases:
         cli("tune", "--report", args.study, "--storage", storage, "--out", str(report))
     if "compare" not in phases:
         return
-    rows = [compare_run(v, int(s), args, report) for s in args.seeds.split(",") for v in args.variants.split(",")]
+    jobs = [(v, int(s)) for s in args.seeds.split(",") for v in args.variants.split(",")]
+    train_compare_runs(jobs, args, report)
+    rows = [compare_run(v, s, args) for v, s in jobs]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {**provenance(), "load_at_end": load_average(), "task": TASK, "steps": args.steps, "trials": args.trials,
             "study": args.study, "storage": storage, "extra": args.extra, "eval_every": args.eval_every,
-            "eval_episodes": args.eval_episodes, "hazard_weight": args.hazard_weight}
+            "eval_episodes": args.eval_episodes, "hazard_weight": args.hazard_weight, "workers": args.workers,
+            "parallel": args.parallel}
     trials = report / "trials.json"
     out.write_text(json.dumps({"meta": meta, "rows": rows,
                                "trials": json.loads(trials.read_text()) if trials.exists() else None}, indent=1))

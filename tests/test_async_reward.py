@@ -25,16 +25,17 @@ class HashJudge:
     name = "hash"
 
     def __init__(self, delay: float = 0.0, gate: threading.Event | None = None):
-        self.delay, self.gate, self.calls, self.batches = delay, gate, 0, []
+        self.delay, self.gate, self.calls, self.batches, self.seen = delay, gate, 0, [], []
 
     def judge(self, task, scenes, explain=False):
         if self.gate is not None:
-            assert self.gate.wait(30), "the test never opened the gate"
+            assert self.gate.wait(120), "the test never opened the gate"
         time.sleep(self.delay)
         self.batches.append(len(scenes))
         out = []
         for s in scenes:
             self.calls += 1
+            self.seen.append(id(s))
             h = zlib.crc32(s.text.encode())
             hazards = (HazardReport("tool_near_edge", 0.5, 1.0),) if h % 3 == 0 else ()
             if h % 5 == 0:  # unsure: the state decides, so equal texts may get different judgements
@@ -63,12 +64,19 @@ def _stream(n_steps: int, n_envs: int, seed: int = 0):
     return out
 
 
+def _episode_start(stream, t: int, k: int) -> int:
+    """The vector step at which env k's episode that holds step t began."""
+    while t > 0 and not stream[t - 1][1][k]:
+        t -= 1
+    return t
+
+
 def _copy(infos):
     return [dict(i) for i in infos]
 
 
-@pytest.mark.parametrize("progress", ["potential", "raw"])
-def test_async_final_rewards_equal_sync_step_for_step(progress):
+@pytest.mark.parametrize("progress,overflow", [("potential", "wait"), ("raw", "wait"), ("potential", "drop")])
+def test_async_final_rewards_equal_sync_step_for_step(progress, overflow):
     task = load_task("push_tool_from_edge").text
     n_envs, stream = 3, _stream(300, 3)
     cfg = RewardConfig(progress=progress, judge_every=2, cache_radius=0.05)
@@ -76,7 +84,8 @@ def test_async_final_rewards_equal_sync_step_for_step(progress):
     want = [sync(r, d, _copy(i)) for r, d, i in stream]
 
     gate = threading.Event()
-    acfg = RewardConfig(progress=progress, judge_every=2, cache_radius=0.05, async_=True, async_batch=4, async_queue=4096)
+    acfg = RewardConfig(progress=progress, judge_every=2, cache_radius=0.05, async_=True, async_batch=4, async_queue=4096,
+                        async_overflow=overflow)  # a queue that never fills: drop skips nothing
     blend = BlendedReward(task, HashJudge(gate=gate), acfg, n_envs)
     finals: dict[int, np.ndarray] = {}
     blend.asynchronous.add_listener(lambda step, final, provisional: finals.__setitem__(step, final.copy()))
@@ -99,6 +108,38 @@ def test_async_final_rewards_equal_sync_step_for_step(progress):
     # scenes the cache would answer are held back, not judged twice: the model sees what it sees synchronously
     assert blend.judge.inner.calls == sync.judge.calls and st["async_speculative"] == st["async_late_judged"] == 0
     assert st["async_deferred"] > st["async_deferred_sent"] > 0 and max(blend.judge.inner.batches) <= 4
+    blend.close()
+
+
+def test_a_full_ring_skips_the_oldest_mid_episode_scene_and_never_waits():
+    """async_overflow: drop — with the judge stalled, steps go on; the oldest skippable scene leaves a full
+    queue, episode starts and ends are always judged, a skipped step holds the last judgement."""
+    task = load_task("push_tool_from_edge").text
+    n_envs, stream = 2, _stream(200, 2, seed=5)
+    gate = threading.Event()
+    safety = threading.Timer(60, gate.set)  # a bug that waits would hang the test without this
+    safety.start()
+    judge = HashJudge(gate=gate)
+    cfg = RewardConfig(judge_every=2, cache=False, async_=True, async_batch=2, async_queue=96, async_overflow="drop")
+    blend = BlendedReward(task, judge, cfg, n_envs)
+    for r, d, i in stream:
+        assert np.isfinite(blend(r, d, _copy(i))).all()
+    assert not gate.is_set(), "a step waited for the stalled judge"
+    st = blend.stats()
+    assert st["async_queue_full_waits"] == 0 and st["async_dropped"] > 50
+    queued = list(blend.asynchronous.worker.queue)
+    assert 90 <= len(queued) <= 96 and any(not t.skippable for t in queued)
+    gate.set()
+    safety.cancel()
+    blend.asynchronous.flush()
+    st = blend.stats()
+    assert st["async_relabelled"] == st["async_provisional_steps"] == len(stream) and not blend.asynchronous.pending
+    # each env's first scene, the scenes after an episode ended and those that ended one were all judged
+    starts = [{k for k in range(n_envs) if t == 0 or stream[t - 1][1][k] or d[k]} for t, (_, d, _) in enumerate(stream)]
+    anchors = {id(i[k]["description"]) for (_, _, i), ks in zip(stream, starts) for k in ks}
+    assert anchors <= set(judge.seen)
+    due = sum(1 for t in range(len(stream)) for k in range(n_envs) if k in starts[t] or (t + 1 - _episode_start(stream, t, k)) % 2 == 0)
+    assert st["async_worker_scenes"] == len(judge.seen) and st["async_worker_scenes"] + st["async_dropped"] == due
     blend.close()
 
 

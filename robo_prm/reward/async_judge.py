@@ -52,9 +52,10 @@ class LockedJudge:
             return self.inner.judge(task, scenes, explain=explain)
 
     def stats(self) -> dict:
+        # Not under the lock: counters read mid-batch are at most one batch stale, and a logger must not wait
+        # for the model (a stalled judge would stall training's logging with it).
         stats = getattr(self.inner, "stats", None)
-        with self.lock:
-            return stats() if callable(stats) else {}
+        return stats() if callable(stats) else {}
 
     def close(self) -> None:
         with self.lock:
@@ -67,12 +68,17 @@ class LockedJudge:
 
 
 class Ticket:
-    """One scene waiting for the worker; `judgement` is set once, by the worker."""
+    """One scene waiting for the worker; `judgement` is set once, by the worker, unless the scene is
+    pushed out of a full queue first (`dropped`; only a `skippable` one)."""
 
-    __slots__ = ("scene", "judgement")
+    __slots__ = ("scene", "judgement", "skippable", "dropped")
 
-    def __init__(self, scene: SceneDescription):
-        self.scene, self.judgement = scene, None
+    def __init__(self, scene: SceneDescription, skippable: bool = False):
+        self.scene, self.judgement, self.skippable, self.dropped = scene, None, skippable, False
+
+    @property
+    def settled(self) -> bool:
+        return self.judgement is not None or self.dropped
 
 
 class JudgeWorker:
@@ -80,30 +86,40 @@ class JudgeWorker:
     Judgements, never raising: the blend's `call_judge` falls back to rules itself)."""
 
     def __init__(self, judge_fn: Callable[[list[SceneDescription]], list[Judgement]], batch: int, capacity: int,
-                 nice: int = 0):
-        self.judge_fn, self.batch, self.capacity, self.nice = judge_fn, batch, capacity, nice
+                 nice: int = 0, drop: bool = False):
+        self.judge_fn, self.batch, self.capacity, self.nice, self.drop = judge_fn, batch, capacity, nice, drop
         self.cond = threading.Condition()
         self.queue: deque[Ticket] = deque()
         self.busy = 0  # tickets taken off the queue and not yet answered
         self.stopped = False
-        self.batches = self.scenes = self.full_waits = 0
+        self.batches = self.scenes = self.full_waits = self.dropped = 0
         self.busy_s = 0.0
         self.thread = threading.Thread(target=self._run, name="robo_prm-judge-worker", daemon=True)
         self.thread.start()
 
-    def submit(self, scene: SceneDescription) -> Ticket:
-        ticket = Ticket(scene)
+    def submit(self, scene: SceneDescription, skippable: bool = False) -> Ticket:
+        ticket = Ticket(scene, skippable)
         with self.cond:
-            if len(self.queue) >= self.capacity:
+            if len(self.queue) >= self.capacity and not (self.drop and self._drop_oldest()):
                 self.full_waits += 1
                 self.cond.wait_for(lambda: len(self.queue) < self.capacity or self.stopped)
             self.queue.append(ticket)
             self.cond.notify_all()
         return ticket
 
+    def _drop_oldest(self) -> bool:
+        """Ring-buffer overflow (under the lock): the oldest skippable queued ticket leaves unanswered."""
+        for k, t in enumerate(self.queue):
+            if t.skippable:
+                del self.queue[k]
+                t.dropped = True
+                self.dropped += 1
+                return True
+        return False
+
     def wait(self, tickets: Sequence[Ticket]) -> None:
         with self.cond:
-            while not all(t.judgement is not None for t in tickets):
+            while not all(t.settled for t in tickets):
                 if not self.thread.is_alive():
                     raise RuntimeError("the judge worker thread died with scenes still queued")
                 self.cond.wait(timeout=1.0)
@@ -159,7 +175,7 @@ class AsyncJudging:
         if not isinstance(blend.judge, LockedJudge):
             blend.judge = LockedJudge(blend.judge)
         self.worker = JudgeWorker(lambda scenes: blend.call_judge(scenes, explain=False), cfg.async_batch, cfg.async_queue,
-                                  cfg.async_nice)
+                                  cfg.async_nice, drop=cfg.async_overflow == "drop")
         self.pending: deque = deque()  # StepRecords, oldest first
         self.listeners: list[Callable[[int, np.ndarray, np.ndarray], None]] = []
         self.stat_sources: list[Callable[[], dict]] = []
@@ -182,11 +198,11 @@ class AsyncJudging:
         for i in step.need[False]:
             scene = step.scenes[i]
             if cache is None:
-                step.tickets[i] = self.worker.submit(scene)
+                step.tickets[i] = self.worker.submit(scene, i not in step.anchors)
             elif cache.peek(blend.task.name, scene) or self._near_inflight(scene):
                 self.deferred += 1  # the cache will most likely answer it by the time the step is resolved
             else:
-                step.tickets[i] = self.worker.submit(scene)
+                step.tickets[i] = self.worker.submit(scene, i not in step.anchors)
         if cache is not None:
             for i in step.need[False]:  # later steps' scenes compare against these
                 self._inflight.append((step.id, step.scenes[i].text, step.scenes[i].features))
@@ -219,15 +235,18 @@ class AsyncJudging:
                 step.checked = True
                 for i in step.need[False]:
                     if i not in step.tickets and not blend.cache.peek(blend.task.name, step.scenes[i]):
-                        step.tickets[i] = self.worker.submit(step.scenes[i])
+                        step.tickets[i] = self.worker.submit(step.scenes[i], i not in step.anchors)
                         self.deferred_sent += 1
             tickets = list(step.tickets.values())
-            if any(t.judgement is None for t in tickets):
+            if not all(t.settled for t in tickets):
                 if not block:
                     return None
                 self.worker.wait(tickets)
             self.pending.popleft()
-            ready = {i: t.judgement for i, t in step.tickets.items()}
+            skipped = [i for i, t in step.tickets.items() if t.dropped]
+            if skipped:  # pushed out of the full queue: these envs hold their last judgement, as on a step not due
+                step.need[False] = [i for i in step.need[False] if i not in skipped]
+            ready = {i: t.judgement for i, t in step.tickets.items() if not t.dropped}
             blend._resolve(step, ready)
             self._forget(step.id)
             final = blend._finish(step, infos if step is upto else None)
@@ -276,14 +295,16 @@ class AsyncJudging:
         not sent at step time: an unresolved earlier scene had their text or was within the cache's radius) and
         async_deferred_sent (of those, sent when their step reached the front: the cache could not answer), async_late_judged
         (cache misses at resolution with no worker answer, judged on the main thread), async_max_pending,
-        async_worker_batches / _scenes / _busy_s; then what the buffers report (relabel_*)."""
+        async_worker_batches / _scenes / _busy_s, async_dropped (scenes pushed out of the full queue with
+        `async_overflow: drop`: their steps held the last judgement); then what the buffers report (relabel_*)."""
         w = self.worker
         out = {"async_steps": self.steps, "async_provisional_steps": self.provisional_steps,
                "async_relabelled": self.relabelled, "async_explain_syncs": self.explain_syncs,
                "async_queue_full_waits": w.full_waits, "async_speculative": self.speculative,
                "async_late_judged": self.late_judged, "async_max_pending": self.max_pending,
                "async_deferred": self.deferred, "async_deferred_sent": self.deferred_sent,
-               "async_worker_batches": w.batches, "async_worker_scenes": w.scenes, "async_worker_busy_s": w.busy_s}
+               "async_worker_batches": w.batches, "async_worker_scenes": w.scenes, "async_worker_busy_s": w.busy_s,
+               "async_dropped": w.dropped}
         for source in self.stat_sources:
             out.update(source())
         return out

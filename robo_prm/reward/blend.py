@@ -46,6 +46,7 @@ class StepRecord:
     provisional: np.ndarray | None = None  # async: the rewards handed out before the judgements came
     explained: bool = False  # an env's episode is recorded with reasons (async: resolved at once)
     checked: bool = False  # async: its deferred scenes were looked up again at the front of the line
+    anchors: frozenset = frozenset()  # envs judged because their episode begins or ends here (never skipped)
 
 
 class BlendedReward:
@@ -131,17 +132,19 @@ class BlendedReward:
         """The step-time half: who is judged now, novelty, schedule weights (all in env-step order)."""
         cfg = self.cfg
         need: dict[bool, list[int]] = {True: [], False: []}
-        scenes = {}
+        scenes, anchors = {}, set()
         for i, info in enumerate(infos):
             self.ep_step[i] += 1
-            if self.fresh[i] or dones[i] or self.ep_step[i] % cfg.judge_every == 0:
+            if self.fresh[i] or dones[i]:
+                anchors.add(i)
+            if i in anchors or self.ep_step[i] % cfg.judge_every == 0:
                 need[self.explain[i]].append(i)
                 scenes[i] = info["description"]
                 self.fresh[i] = False
         explore = [self.novelty(info["description"].text) if cfg.novelty != "none" else 0.0 for info in infos]
         step = StepRecord(self.steps_recorded, np.asarray(env_rewards, dtype=np.float64).copy(), [bool(d) for d in dones],
                           [bool(info.get("is_success")) for info in infos], explore, blend_weights(cfg, self.total_steps),
-                          need, scenes, explained=any(self.explain))
+                          need, scenes, explained=any(self.explain), anchors=frozenset(anchors))
         for i, d in enumerate(dones):
             if d:
                 self.ep_step[i], self.fresh[i], self.explain[i] = 0, True, False

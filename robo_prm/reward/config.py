@@ -52,7 +52,15 @@ class RewardConfig:
                               "rollout buffer when it arrives (docs/ARCHITECTURE.md, Async judging)")
     async_batch: int = opt(8, min=1, help="async: scenes per judge call of the worker")
     async_queue: int = opt(1024, min=1, help="async: scenes waiting for the judge at most; a step that finds the queue "
-                                             "full waits for room (counted as async_queue_full_waits)")
+                                             "full waits for room (async_queue_full_waits) or, with async_overflow: drop, "
+                                             "pushes the oldest skippable scene out")
+    # Why drop exists: a judge slower than the envs (PPO with many envs on a CPU) otherwise sets the pace of
+    # training; with the potential-delta progress term a skipped judgement only coarsens credit (the next
+    # judgement pays the whole change), it does not bias the episode's sum.
+    async_overflow: Literal["wait", "drop"] = opt(
+        "wait", "async: a full queue makes the step wait (wait: every due scene is judged, sync's rewards), or "
+                "(drop: the write-up's ring buffer) the oldest queued scene that is neither the first nor the last "
+                "of its episode is skipped — its step holds the last judgement as on a step that is not due (async_dropped)")
     # Why 10: on a machine where training already uses every core, the worker would take CPU from the updates;
     # niced, it takes what they leave over (docs/BENCHMARKS.md, training speed: 0.88× vs 0.77× env-only speed).
     async_nice: int = opt(10, min=0, max=19, help="async: the judge worker thread's niceness (Linux; 0: the training "
