@@ -54,6 +54,21 @@ def test_curriculum_widens_when_the_near_starts_succeed(tmp_path):
     assert [w for _, w in cur["promotions"]] == sorted(w for _, w in cur["promotions"])
 
 
+def test_a_resumed_run_goes_on_at_the_curriculum_width_it_reached(tmp_path):
+    from robo_prm.train.checkpoints import latest_checkpoint, read_state
+    from robo_prm.train.run import resume
+
+    cfg = _cfg(tmp_path, steps=400, checkpoint_every=400, **{"reward_source": "env", "curriculum.enabled": True,
+                                                              "curriculum.window": 3, "curriculum.promote_at": 0.3,
+                                                              "curriculum.real_starts": 0.0, "curriculum.step": 0.25})
+    run = train(cfg)
+    saved = read_state(latest_checkpoint(run / "checkpoints"))["curriculum"]
+    assert saved["width"] > 0.0 and saved["promotions"]
+    resume(run, steps=500)
+    cur = json.loads((run / "curriculum.json").read_text())
+    assert cur["promotions"][:len(saved["promotions"])] == saved["promotions"] and cur["width"] >= saved["width"]
+
+
 def test_curriculum_needs_a_plan(tmp_path):
     from robo_prm.train.curriculum import CurriculumStart
     from robo_prm.config import CurriculumConfig

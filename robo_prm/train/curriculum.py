@@ -59,12 +59,20 @@ class CurriculumStart(gymnasium.Wrapper):
 class CurriculumCallback(BaseCallback):
     """Widens the training envs' starts when the recent rollout success rate reaches `promote_at`."""
 
-    def __init__(self, cfg: CurriculumConfig, out: Path | None = None):
+    def __init__(self, cfg: CurriculumConfig, out: Path | None = None, state: dict | None = None):
         super().__init__()
         self.cfg, self.out = cfg, out
         self.width = cfg.start_width
         self.recent: deque[float] = deque(maxlen=cfg.window)
         self.promotions: list[tuple[int, float]] = []  # (env steps, new width)
+        if state:  # a resumed run goes on at the width it had reached, not back at the start
+            self.width = float(state["width"])
+            self.promotions = [(int(t), float(w)) for t, w in state.get("promotions", [])]
+            self.recent.extend(float(x) for x in state.get("recent", []))
+
+    def state(self) -> dict:
+        """What a checkpoint keeps (state.json): the width, the promotions so far, the recent outcomes."""
+        return {"width": self.width, "promotions": self.promotions, "recent": list(self.recent)}
 
     def _on_training_start(self) -> None:
         self.training_env.env_method("set_curriculum_width", self.width)

@@ -116,26 +116,37 @@ def _build(cfg: TrainConfig, run_dir: Path):
     return task, venv
 
 
-def _callbacks(cfg: TrainConfig, task, run_dir: Path, run: str, start_episode: int) -> dict:
-    """The training callbacks by role; checkpoints carry the recorder's episode counter."""
-    cb = {"stats": RewardLogger(), "eval": EvalEvery(task, cfg, run_dir / "eval", run), "recorder": None}
+def _callbacks(cfg: TrainConfig, task, run_dir: Path, run: str, start_episode: int, resumed: dict | None = None) -> dict:
+    """The training callbacks by role; checkpoints carry the recorder's episode counter and the curriculum's width
+    (`resumed`: the state.json of the checkpoint a resumed run starts from)."""
+    cb = {"stats": RewardLogger(), "eval": EvalEvery(task, cfg, run_dir / "eval", run), "recorder": None, "curriculum": None}
     if cfg.record.every_episodes > 0:
         cb["recorder"] = EpisodeRecorder(run_dir / "episodes", task, cfg.record.every_episodes, run, cfg.algo, cfg.record.explain,
                                          start_episode)
-    recorder = cb["recorder"]
-    cb["extra"] = lambda: {"episode_index": recorder.episode_index if recorder else start_episode}  # noqa: E731
+    if cfg.curriculum.enabled:
+        cb["curriculum"] = CurriculumCallback(cfg.curriculum, run_dir / "curriculum.json", (resumed or {}).get("curriculum"))
+    recorder, curriculum = cb["recorder"], cb["curriculum"]
+
+    def extra() -> dict:
+        out = {"episode_index": recorder.episode_index if recorder else start_episode}
+        if curriculum is not None:
+            out["curriculum"] = curriculum.state()
+        return out
+
+    cb["extra"] = extra
     cb["ckpt"] = CheckpointEvery(run_dir / "checkpoints", cfg.checkpoint_every, cb["extra"], cfg.keep_checkpoints)
     return cb
 
 
-def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_episode: int = 0, extra=()) -> Path:
+def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_episode: int = 0, extra=(),
+           resumed: dict | None = None) -> Path:
     clean_stale(run_dir / "checkpoints")
-    cb = _callbacks(cfg, task, run_dir, run, start_episode)
+    cb = _callbacks(cfg, task, run_dir, run, start_episode, resumed)
     stats, evaluator = cb["stats"], cb["eval"]
     for c in extra:
         c.evaluator = evaluator  # they run after it in the same step and may read its history
-    curriculum = CurriculumCallback(cfg.curriculum, run_dir / "curriculum.json") if cfg.curriculum.enabled else None
-    callbacks = [c for c in (RelabelCallback(), stats, curriculum, cb["ckpt"], evaluator, cb["recorder"], *extra) if c is not None]
+    callbacks = [c for c in (RelabelCallback(), stats, cb["curriculum"], cb["ckpt"], evaluator, cb["recorder"], *extra)
+                 if c is not None]
     if cfg.progress_bar:
         callbacks.append(ProgressBar(cfg.steps, stats))
     remaining = max(0, cfg.steps - model.num_timesteps)
@@ -230,7 +241,7 @@ def load_run_config(run_dir: Path) -> TrainConfig:
 
 def resume(run_dir: Path, steps: int | None = None, trust: bool = False) -> Path:
     """Continue a run from its newest intact checkpoint: step count, replay buffer, reward schedule and
-    normaliser, RNG states, episode counter. SB3's pickles load only when this machine signed them or
+    normaliser, RNG states, episode counter, curriculum width. SB3's pickles load only when this machine signed them or
     `trust` is set (--trust_run)."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
@@ -253,7 +264,7 @@ def resume(run_dir: Path, steps: int | None = None, trust: bool = False) -> Path
     if state.get("rng"):
         set_rng_state(state["rng"])
     (run_dir / "config.yaml").write_text(config_to_yaml(cfg))
-    return _learn(model, cfg, task, venv, run_dir, run_dir.name, int(state.get("episode_index", 0)))
+    return _learn(model, cfg, task, venv, run_dir, run_dir.name, int(state.get("episode_index", 0)), resumed=state)
 
 
 def load_policy(run_dir: Path):
