@@ -86,6 +86,40 @@ def _check_study(storage, name: str, n: int, runs_root: Path) -> list:
     return trials
 
 
+def test_the_pruner_is_asked_before_the_last_evaluation_only():
+    from robo_prm.train.tune import ReportToTrial
+
+    class Trial:  # a pruner that would prune everything
+        def __init__(self):
+            self.reported = []
+
+        def report(self, value, step):
+            self.reported.append(step)
+
+        def should_prune(self):
+            return True
+
+    class Evaluator:
+        history = []
+
+    def run(offset, steps, last):
+        cb = ReportToTrial(Trial(), offset, 1000, 0.1, last=last)
+        cb.evaluator = Evaluator()
+        Evaluator.history = []
+        out = []
+        for s in steps:
+            Evaluator.history = Evaluator.history + [{"env_steps": s, "success_rate": 0.0, "hazard_events_per_episode": 0.0}]
+            out.append(cb._on_step())
+        return out, cb
+
+    go_on, cb = run(0, [1000], last=1000)  # one seed: its last evaluation completes the trial
+    assert go_on == [True] and cb.pruned_at is None and cb.trial.reported == [1000]
+    go_on, cb = run(0, [500], last=1000)  # before the end: pruned
+    assert go_on == [False] and cb.pruned_at == 500
+    go_on, cb = run(0, [1000], last=2000)  # the end of the first of two seeds: pruning still saves the second
+    assert go_on == [False] and cb.pruned_at == 1000
+
+
 def test_sqlite_two_workers_share_one_study_and_the_report_gives_a_train_config(tmp_path, capsys):
     db = tmp_path / "runs" / "tune.db"
     _finish([_tune([*TINY, "--trials", "3", "--study", "lite", "--workers", "2", "--runs_dir", "runs"], tmp_path)])

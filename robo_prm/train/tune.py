@@ -158,11 +158,14 @@ def objective_value(history: list[dict], budget: int, hazard_weight: float) -> d
 
 class ReportToTrial(BaseCallback):
     """After each periodic evaluation: the objective so far to the Optuna trial; stops training when pruned.
-    `train` hands it the evaluation callback as `.evaluator` (it runs right after it)."""
+    `train` hands it the evaluation callback as `.evaluator` (it runs right after it). The trial's last
+    evaluation (`offset` + step ≥ `last`: the last seed's budget) is reported but not put to the pruner: the
+    trial is complete, and a prune there would only turn its value into an intermediate one."""
 
-    def __init__(self, trial, offset: int, budget: int, hazard_weight: float):
+    def __init__(self, trial, offset: int, budget: int, hazard_weight: float, last: int | None = None):
         super().__init__()
         self.trial, self.offset, self.budget, self.hazard_weight = trial, offset, budget, hazard_weight
+        self.last = offset + budget if last is None else last
         self.evaluator = None
         self.seen = 0
         self.pruned_at: int | None = None
@@ -173,8 +176,9 @@ class ReportToTrial(BaseCallback):
             return True
         self.seen = len(history)
         value = objective_value(history, self.budget, self.hazard_weight)["value"]
-        self.trial.report(value, self.offset + history[-1]["env_steps"])
-        if self.trial.should_prune():
+        step = self.offset + history[-1]["env_steps"]
+        self.trial.report(value, step)
+        if step < self.last and self.trial.should_prune():
             self.pruned_at = history[-1]["env_steps"]
             return False  # SB3 ends learn(); train() still finishes the run folder
         return True
@@ -186,7 +190,7 @@ def _train_one(trial, cfg: TrainConfig, offset: int, args: TuneArgs) -> tuple[Pa
     run_dir = Path(cfg.runs_dir) / cfg.run_name
     if run_dir.exists():  # a study deleted and made again under the same name: never write into an old run
         cfg.run_name += time.strftime("__%Y%m%d-%H%M%S")
-    callback = ReportToTrial(trial, offset, cfg.steps, args.hazard_weight)
+    callback = ReportToTrial(trial, offset, cfg.steps, args.hazard_weight, last=len(args.seeds) * cfg.steps)
     run_dir = train(cfg, callbacks=(callback,))
     if not args.trial_checkpoints:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
