@@ -75,8 +75,8 @@ def _copy(infos):
     return [dict(i) for i in infos]
 
 
-@pytest.mark.parametrize("progress,overflow", [("potential", "wait"), ("raw", "wait"), ("potential", "drop")])
-def test_async_final_rewards_equal_sync_step_for_step(progress, overflow):
+@pytest.mark.parametrize("progress", ["potential", "raw"])
+def test_async_final_rewards_equal_sync_step_for_step(progress):
     task = load_task("push_tool_from_edge").text
     n_envs, stream = 3, _stream(300, 3)
     cfg = RewardConfig(progress=progress, judge_every=2, cache_radius=0.05)
@@ -84,8 +84,7 @@ def test_async_final_rewards_equal_sync_step_for_step(progress, overflow):
     want = [sync(r, d, _copy(i)) for r, d, i in stream]
 
     gate = threading.Event()
-    acfg = RewardConfig(progress=progress, judge_every=2, cache_radius=0.05, async_=True, async_batch=4, async_queue=4096,
-                        async_overflow=overflow)  # a queue that never fills: drop skips nothing
+    acfg = RewardConfig(progress=progress, judge_every=2, cache_radius=0.05, async_=True, async_batch=4, async_queue=4096)
     blend = BlendedReward(task, HashJudge(gate=gate), acfg, n_envs)
     finals: dict[int, np.ndarray] = {}
     blend.asynchronous.add_listener(lambda step, final, provisional: finals.__setitem__(step, final.copy()))
@@ -141,6 +140,55 @@ def test_a_full_ring_skips_the_oldest_mid_episode_scene_and_never_waits():
     due = sum(1 for t in range(len(stream)) for k in range(n_envs) if k in starts[t] or (t + 1 - _episode_start(stream, t, k)) % 2 == 0)
     assert st["async_worker_scenes"] == len(judge.seen) and st["async_worker_scenes"] + st["async_dropped"] == due
     blend.close()
+
+
+def _run_async(task, cfg, stream, n_envs, judge, release_at=None, gate=None):
+    finals: dict[int, np.ndarray] = {}
+    blend = BlendedReward(task, judge, cfg, n_envs)
+    blend.asynchronous.add_listener(lambda step, final, provisional: finals.__setitem__(step, final.copy()))
+    handed, pending = [], []
+    for t, (r, d, i) in enumerate(stream):
+        if gate is not None and t == release_at:
+            gate.set()
+        infos = _copy(i)
+        handed.append(blend(r, d, infos))
+        pending.append(infos[0]["reward_pending"])
+    blend.asynchronous.flush()
+    return blend, np.stack([finals[t] if p else h for t, (h, p) in enumerate(zip(handed, pending))])
+
+
+def test_drop_skips_nothing_while_the_queue_has_room():
+    """async_overflow: drop with a queue that never fills (and no cache, so nothing is deferred) is sync."""
+    task = load_task("push_tool_from_edge").text
+    stream = _stream(200, 3, seed=7)
+    sync = BlendedReward(task, HashJudge(), RewardConfig(judge_every=2, cache=False), 3)
+    want = np.stack([sync(r, d, _copy(i)) for r, d, i in stream])
+    gate = threading.Event()
+    cfg = RewardConfig(judge_every=2, cache=False, async_=True, async_batch=4, async_queue=4096, async_overflow="drop")
+    blend, got = _run_async(task, cfg, stream, 3, HashJudge(gate=gate), release_at=80, gate=gate)
+    np.testing.assert_array_equal(got, want)
+    assert blend.stats()["async_dropped"] == 0
+    blend.close()
+
+
+def test_drop_skips_a_deferred_scene_the_cache_cannot_answer_instead_of_waiting():
+    """With the cache on, a scene held back for an earlier one with the same text is, if that one's answer is
+    not cacheable (an unsure judgement the rules answered), skipped under drop and judged under wait."""
+    task = load_task("push_tool_from_edge").text
+    stream = _stream(300, 3, seed=9)
+    runs = {}
+    for overflow in ("wait", "drop"):
+        gate = threading.Event()
+        cfg = RewardConfig(judge_every=2, async_=True, async_batch=4, async_queue=4096, async_overflow=overflow)
+        judge = HashJudge(gate=gate)
+        blend, got = _run_async(task, cfg, stream, 3, judge, release_at=100, gate=gate)
+        assert np.isfinite(got).all()
+        runs[overflow] = (blend.stats(), judge.calls)
+        blend.close()
+    (wait, wait_calls), (drop, drop_calls) = runs["wait"], runs["drop"]
+    assert wait["async_deferred_sent"] > 0 and wait["async_deferred_skipped"] == 0
+    assert drop["async_deferred_skipped"] > 0 and drop["async_deferred_sent"] < wait["async_deferred_sent"]  # anchors are still sent
+    assert drop_calls < wait_calls  # the skipped scenes were never judged
 
 
 def test_an_explained_step_is_judged_at_once_with_its_terms():

@@ -5,7 +5,7 @@ At each vector step `BlendedReward` records what the step's reward needs but the
 (`StepRecord`). The scenes the blend's cache cannot answer yet go to a bounded FIFO queue
 (`reward.async_queue` scenes) that one worker thread serves (a scene whose text, or features within the cache's
 radius, an earlier unresolved scene has is held back instead: the cache will likely answer it; if not, it is
-sent when its step reaches the front of the line), `reward.async_batch` scenes per judge call
+sent, ahead of the queue, when its step reaches the front of the line), `reward.async_batch` scenes per judge call
 (the backend scores them as one batch). The step then goes to the back of the line of pending steps,
 and every step at the front whose judgements are all back is resolved, in env-step order, by the same
 code as the synchronous blend: cache lookups (a scene the cache can answer by now takes the cached
@@ -97,13 +97,18 @@ class JudgeWorker:
         self.thread = threading.Thread(target=self._run, name="robo_prm-judge-worker", daemon=True)
         self.thread.start()
 
-    def submit(self, scene: SceneDescription, skippable: bool = False) -> Ticket:
+    def submit(self, scene: SceneDescription, skippable: bool = False, urgent: bool = False) -> Ticket:
+        """Queue a scene (at the front when `urgent`: the oldest pending step waits on it, and every later
+        step waits on that step)."""
         ticket = Ticket(scene, skippable)
         with self.cond:
             if len(self.queue) >= self.capacity and not (self.drop and self._drop_oldest()):
                 self.full_waits += 1
                 self.cond.wait_for(lambda: len(self.queue) < self.capacity or self.stopped)
-            self.queue.append(ticket)
+            if urgent:
+                self.queue.appendleft(ticket)
+            else:
+                self.queue.append(ticket)
             self.cond.notify_all()
         return ticket
 
@@ -181,6 +186,7 @@ class AsyncJudging:
         self.stat_sources: list[Callable[[], dict]] = []
         self.steps = self.provisional_steps = self.relabelled = self.explain_syncs = 0
         self.speculative = self.late_judged = self.max_pending = self.deferred = self.deferred_sent = 0
+        self.deferred_skipped = 0
         self._inflight: deque = deque()  # (step id, text, features) of judged scenes of unresolved steps
         self._texts: Counter = Counter()
         self._matrix: np.ndarray | None = None
@@ -231,11 +237,17 @@ class AsyncJudging:
         blend = self.blend
         while self.pending:
             step = self.pending[0]
+            skipped: list[int] = []
             if not step.checked:  # deferred scenes the cache cannot answer after all go to the worker now
                 step.checked = True
                 for i in step.need[False]:
                     if i not in step.tickets and not blend.cache.peek(blend.task.name, step.scenes[i]):
-                        step.tickets[i] = self.worker.submit(step.scenes[i], i not in step.anchors)
+                        if self.worker.drop and i not in step.anchors:
+                            skipped.append(i)  # the ring never holds the line up for a mid-episode scene
+                            self.deferred_skipped += 1
+                            continue
+                        # urgent: the line is held up by this step, so this scene goes before later steps' scenes
+                        step.tickets[i] = self.worker.submit(step.scenes[i], i not in step.anchors, urgent=True)
                         self.deferred_sent += 1
             tickets = list(step.tickets.values())
             if not all(t.settled for t in tickets):
@@ -243,7 +255,7 @@ class AsyncJudging:
                     return None
                 self.worker.wait(tickets)
             self.pending.popleft()
-            skipped = [i for i, t in step.tickets.items() if t.dropped]
+            skipped += [i for i, t in step.tickets.items() if t.dropped]
             if skipped:  # pushed out of the full queue: these envs hold their last judgement, as on a step not due
                 step.need[False] = [i for i in step.need[False] if i not in skipped]
             ready = {i: t.judgement for i, t in step.tickets.items() if not t.dropped}
@@ -296,7 +308,9 @@ class AsyncJudging:
         async_deferred_sent (of those, sent when their step reached the front: the cache could not answer), async_late_judged
         (cache misses at resolution with no worker answer, judged on the main thread), async_max_pending,
         async_worker_batches / _scenes / _busy_s, async_dropped (scenes pushed out of the full queue with
-        `async_overflow: drop`: their steps held the last judgement); then what the buffers report (relabel_*)."""
+        `async_overflow: drop`: their steps held the last judgement), async_deferred_skipped (with drop: deferred
+        scenes the cache could not answer after all, skipped rather than sent while the line waited); then what the
+        buffers report (relabel_*)."""
         w = self.worker
         out = {"async_steps": self.steps, "async_provisional_steps": self.provisional_steps,
                "async_relabelled": self.relabelled, "async_explain_syncs": self.explain_syncs,
@@ -304,7 +318,7 @@ class AsyncJudging:
                "async_late_judged": self.late_judged, "async_max_pending": self.max_pending,
                "async_deferred": self.deferred, "async_deferred_sent": self.deferred_sent,
                "async_worker_batches": w.batches, "async_worker_scenes": w.scenes, "async_worker_busy_s": w.busy_s,
-               "async_dropped": w.dropped}
+               "async_dropped": w.dropped, "async_deferred_skipped": self.deferred_skipped}
         for source in self.stat_sources:
             out.update(source())
         return out
