@@ -60,7 +60,8 @@ class RewardConfig:
     async_overflow: Literal["wait", "drop"] = opt(
         "wait", "async: a full queue makes the step wait (wait: every due scene is judged, sync's rewards), or "
                 "(drop: the write-up's ring buffer) the oldest queued scene that is neither the first nor the last "
-                "of its episode is skipped — its step holds the last judgement as on a step that is not due (async_dropped)")
+                "of its episode is skipped — its step holds the last judgement as on a step that is not due (async_dropped); "
+                "so is such a scene held back for the cache that the cache cannot answer (async_deferred_skipped)")
     # Why 10: on a machine where training already uses every core, the worker would take CPU from the updates;
     # niced, it takes what they leave over (docs/BENCHMARKS.md, training speed: 0.88× vs 0.77× env-only speed).
     async_nice: int = opt(10, min=0, max=19, help="async: the judge worker thread's niceness (Linux; 0: the training "
