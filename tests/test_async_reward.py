@@ -112,7 +112,7 @@ def test_async_final_rewards_equal_sync_step_for_step(progress):
 
 def test_a_full_ring_skips_the_oldest_mid_episode_scene_and_never_waits():
     """async_overflow: drop — with the judge stalled, steps go on; the oldest skippable scene leaves a full
-    queue, episode starts and ends are always judged, a skipped step holds the last judgement."""
+    queue, episode starts and ends are always judged, judged + skipped scenes are the due ones."""
     task = load_task("push_tool_from_edge").text
     n_envs, stream = 2, _stream(200, 2, seed=5)
     gate = threading.Event()
