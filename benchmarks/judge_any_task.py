@@ -39,23 +39,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--backend", default="llamacpp", help="judge.backend (llamacpp: the shipped fine-tuned judge)")
     ap.add_argument("--distilled", default=None, help="judge.distilled (backend distilled)")
+    ap.add_argument("--hazard_answerer", default="reader", help="judge.hazard_answerer (reader | backend)")
+    ap.add_argument("--hazard_reader", default=None, help="judge.hazard_reader (null: the shipped one)")
+    ap.add_argument("--model", default=None, help="judge.model: a GGUF (null: the shipped fine-tuned judge)")
+    ap.add_argument("--calibrator", default=None, help="judge.transformers.calibrator (with --model: that model's)")
     args = ap.parse_args(argv)
 
     import torch
 
-    from robo_prm.finetune.any_task import MemoBackend, figures, judge_case, task_case
+    from robo_prm.finetune.any_task import MemoBackend, figures, hot_seconds, judge_case, task_case
     from robo_prm.judge import ConfidentJudge, JudgeConfig, make_judge
     from robo_prm.provenance import provenance
 
     torch.set_num_threads(args.threads)
-    cfg = JudgeConfig(backend=args.backend, n_threads=args.threads)
+    cfg = JudgeConfig(backend=args.backend, n_threads=args.threads, hazard_answerer=args.hazard_answerer,
+                      hazard_reader=args.hazard_reader, model=args.model)
+    if args.calibrator:
+        cfg = dataclasses.replace(cfg, transformers=dataclasses.replace(cfg.transformers, calibrator=args.calibrator))
     if args.distilled:
         cfg = dataclasses.replace(cfg, distilled=args.distilled)
     base = make_judge(cfg)
     memo = MemoBackend(base.backend)
     policies = args.policies.split(",")
     judges = {p: ConfidentJudge(memo, dataclasses.replace(base.cfg, fallback=p.split("+")[0],
-                                                          reason_guard="+raw_reasons" not in p), base.calibrator)
+                                                          reason_guard="+raw_reasons" not in p), base.calibrator,
+                                base.reader)
               for p in policies}
     out_path = RESULTS / f"judge_any_task_{args.name}.json"
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -70,16 +78,16 @@ def main(argv: list[str] | None = None) -> int:
         for suffix, text_only in (("", False), ("/text_only", True)):
             case = task_case(path, args.episodes, args.seed, args.max_states, text_only)
             cases[suffix].append(case)
-            before = (memo.fresh, memo.seconds)
+            before = (memo.fresh, hot_seconds(memo, base))
             for p in policies:
                 rec = judge_case(judges[p], case, args.reasons)
                 records.setdefault(p + suffix, []).append(rec)
                 per_task.setdefault(p + suffix, {})[case.name] = figures([case], [rec], None)
             if memo.fresh > before[0]:  # the text-only pass reads the same texts: it reuses these answers
-                task_ms = (memo.seconds - before[1]) * 1e3 / (memo.fresh - before[0])
+                task_ms = (hot_seconds(memo, base) - before[1]) * 1e3 / (memo.fresh - before[0])
             for p in policies:
                 per_task[p + suffix][case.name]["ms_per_judgement"] = task_ms
-        ms_all = memo.seconds * 1e3 / memo.fresh if memo.fresh else None
+        ms_all = hot_seconds(memo, base) * 1e3 / memo.fresh if memo.fresh else None
         runs, details = {}, {}
         for key, recs in records.items():
             overall = figures(cases["/text_only" if key.endswith("/text_only") else ""][:len(recs)], recs, ms_all)

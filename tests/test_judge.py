@@ -333,7 +333,8 @@ def tiny_model(tiny_llama):
 
 def test_transformers_backend_expected_score_on_flat_model(task, tiny_model):
     _, flat, n_vocab = tiny_model
-    j = make_judge(JudgeConfig(backend="transformers", model=flat, confidence_threshold=0.0, hazards_from="union"))
+    j = make_judge(JudgeConfig(backend="transformers", model=flat, confidence_threshold=0.0, hazards_from="union",
+                               hazard_answerer="backend"))  # the model's own yes/no answers
     out = j.judge(task.text, SCENES)
     for o in out:  # uniform next-token distribution: E[digit] = 4.5, agreement 0.3, digit share 10/V
         assert o.progress == pytest.approx(0.5, abs=1e-9)

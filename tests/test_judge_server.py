@@ -86,7 +86,8 @@ def server(tmp_path_factory):
 
 def test_openai_backend_judges_with_logprobs(server):
     task = load_task("push_tool_from_edge")
-    judge = make_judge(JudgeConfig(backend="openai", openai=OpenAIConfig(base_url=server), confidence_threshold=0.0, hazards_from="union"))
+    judge = make_judge(JudgeConfig(backend="openai", openai=OpenAIConfig(base_url=server), confidence_threshold=0.0,
+                                   hazards_from="union", hazard_answerer="backend"))  # the server's yes/no answers
     out = judge.judge(task.text, SCENES)
     assert judge.backend.logprobs is True  # llama.cpp's server returns top-k logprobs
     for j in out:

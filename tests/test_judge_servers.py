@@ -43,7 +43,7 @@ def posts(monkeypatch):
 
 def _judge(hazards_from="rules", **openai):
     return make_judge(JudgeConfig(backend="openai", confidence_threshold=0.0, hazards_from=hazards_from,
-                                  openai=OpenAIConfig(**openai)))
+                                  hazard_answerer="backend", openai=OpenAIConfig(**openai)))  # hazard questions are posts too
 
 
 def test_requests_spread_over_two_servers_with_one_servers_answers(two_servers, posts):

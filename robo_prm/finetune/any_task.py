@@ -184,19 +184,26 @@ def figures(cases: Sequence[TaskCase], records: Sequence[dict], ms: float | None
     return out
 
 
+def hot_seconds(memo: MemoBackend, judge) -> float:
+    """Wall time of fresh judgements: the backend's (memo) plus the hazard reader's, where the judge has one."""
+    reader = getattr(judge, "reader", None)
+    return memo.seconds + (reader.seconds if reader is not None else 0.0)
+
+
 def evaluate_tasks(judge, cases: Sequence[TaskCase], reasons: int = 3, memo: MemoBackend | None = None,
                    echo=print) -> tuple[dict, dict]:
     """→ (result, details): result is exactly {"overall": {KEYS}, "tasks": {name: {KEYS}}}; details holds the
     counts behind each figure (episodes, states, hazard tp/fp/fn, reason claims, repeated sentences)."""
     records, per_task = [], {}
     for case in cases:
-        before = (memo.fresh, memo.seconds) if memo else (0, 0.0)
+        before = (memo.fresh, hot_seconds(memo, judge)) if memo else (0, 0.0)
         rec = judge_case(judge, case, reasons)
         records.append(rec)
-        ms = (memo.seconds - before[1]) * 1e3 / (memo.fresh - before[0]) if memo and memo.fresh > before[0] else None
+        ms = ((hot_seconds(memo, judge) - before[1]) * 1e3 / (memo.fresh - before[0])
+              if memo and memo.fresh > before[0] else None)
         per_task[case.name] = figures([case], [rec], ms)
         echo(f"{case.name}: " + ", ".join(f"{k}={_fmt(per_task[case.name][k])}" for k in KEYS))
-    total_ms = memo.seconds * 1e3 / memo.fresh if memo and memo.fresh else None
+    total_ms = hot_seconds(memo, judge) * 1e3 / memo.fresh if memo and memo.fresh else None
     overall = figures(cases, records, total_ms)
     details = {"overall": overall.pop("_details"), "tasks": {n: r.pop("_details") for n, r in per_task.items()}}
     return {"overall": overall, "tasks": per_task}, details

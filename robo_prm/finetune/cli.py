@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from robo_prm.config_flags import add_config_args, config_command, opt
+from robo_prm.finetune.hazard_reader import HazardTrainConfig
 from robo_prm.finetune.labels import HELDOUT_TASKS, TRAIN_TASKS
 from robo_prm.finetune.lora import LoraTrainConfig
 from robo_prm.judge.config import JudgeConfig
@@ -41,26 +42,27 @@ def judge_labels(judge, labels) -> list:
 
 def lora_judge_config(adapter: str | None, gguf: str | None = None, backend: str = "llamacpp", threads: int = 1,
                       calibrator: str | None = None):
-    """Raw (threshold 0, hazards from the LLM) config of the fine-tuned judge: merged GGUF via llama.cpp,
+    """Raw (threshold 0, every hazard asked of the LLM itself, not the hazard reader) config of the fine-tuned judge: merged GGUF via llama.cpp,
     or the transformers backend with the adapter."""
     from robo_prm.judge import JudgeConfig, TransformersConfig
 
     if backend == "transformers":
-        return JudgeConfig(backend="transformers", confidence_threshold=0.0, hazards_from="llm",
+        return JudgeConfig(backend="transformers", confidence_threshold=0.0, hazards_from="llm", hazard_answerer="backend",
                            transformers=TransformersConfig(adapter=adapter, calibrator=calibrator))
     if gguf is None:
         from robo_prm.judge.merge import merged_judge_gguf
 
         gguf = merged_judge_gguf(adapter)
-    return JudgeConfig(model=gguf, confidence_threshold=0.0, hazards_from="llm", n_threads=threads,
-                       transformers=TransformersConfig(calibrator=calibrator))
+    return JudgeConfig(model=gguf, confidence_threshold=0.0, hazards_from="llm", hazard_answerer="backend",
+                       n_threads=threads, transformers=TransformersConfig(calibrator=calibrator))
 
 
 def zero_shot_judge_config(model: str | None = None, threads: int = 1):
     """Raw config of the base model, never the shipped fine-tuned one (a None model would resolve to it)."""
     from robo_prm.judge import JudgeConfig
 
-    return JudgeConfig(model=model, finetuned=False, confidence_threshold=0.0, hazards_from="llm", n_threads=threads)
+    return JudgeConfig(model=model, finetuned=False, confidence_threshold=0.0, hazards_from="llm",
+                       hazard_answerer="backend", n_threads=threads)
 
 
 # ---- label ---------------------------------------------------------------------------
@@ -134,7 +136,12 @@ def calibrate_adapter(labels_path, adapter_dir, threads: int = 1, echo=print, ma
     labels = read_labels(labels_path, split="heldout")
     if max_labels and len(labels) > max_labels:
         labels = random.Random(seed).sample(labels, max_labels)
-    judge = make_judge(dataclasses.replace(lora_judge_config(str(adapter_dir), threads=threads), hazards_from="llm"))
+    # an adapter trained without hazard rows (hazard_weight 0: the hazard reader answers hazards) gets no hazard
+    # passes and no thresholds: its yes/no answers were never taught
+    info_path = Path(adapter_dir) / "train_info.json"
+    trained = json.loads(info_path.read_text()).get("config", {}) if info_path.exists() else {}
+    ask = "llm" if trained.get("hazard_weight", 0.5) > 0 else "rules"
+    judge = make_judge(dataclasses.replace(lora_judge_config(str(adapter_dir), threads=threads), hazards_from=ask))
     t0 = time.perf_counter()
     judged = judge_labels(judge, labels)
     judge.close()
@@ -179,6 +186,15 @@ def cmd_distill(args) -> int:
     m = distill([lab.scene for lab in labels], [lab.judge_text().goal for lab in labels], teacher, args.out,
                 info={"teacher": args.adapter or args.gguf, "labels": args.labels})
     print(json.dumps(m))
+    return 0
+
+
+# ---- finetune-hazards --------------------------------------------------------------------
+def cmd_finetune_hazards(cfg) -> int:
+    from robo_prm.finetune.hazard_reader import train_reader
+
+    info = train_reader(cfg)
+    print(json.dumps({k: info[k] for k in ("train_pairs", "heldout_pairs", "threshold_folded", "heldout_at_threshold", "seconds")}))
     return 0
 
 
@@ -332,6 +348,8 @@ def add_finetune_commands(sub) -> None:
             ("label", LabelArgs, cmd_label, "make judge labels: auto (rollouts of the tasks) or ui (a local labelling page)"),
             ("finetune", FinetuneArgs, cmd_finetune, "LoRA-tune the judge on labels (train split), then calibrate on the held-out split"),
             ("distill", DistillArgs, cmd_distill, "train a MiniLM-embedding MLP to imitate the fine-tuned judge"),
+            ("finetune-hazards", HazardTrainConfig, cmd_finetune_hazards,
+             "train the hazard reader (hazards in words → P(present)) on labels' checked hazards"),
             ("evaluate-judge", EvaluateArgs, cmd_evaluate,
              "held-out tasks/texts: VOC, hazard P/R, ECE, confidence, ms per judgement")):
         p = sub.add_parser(name, help=helptext)

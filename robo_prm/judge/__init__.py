@@ -29,6 +29,19 @@ def resolve_finetuned(cfg: JudgeConfig) -> JudgeConfig:
     return dataclasses.replace(cfg, transformers=dataclasses.replace(tf, adapter=tf.adapter or str(shipped_adapter()), calibrator=calibrator))
 
 
+def make_hazard_reader(cfg: JudgeConfig):
+    """The hazard reader `cfg` asks for (hazard_answerer reader, hazards the LLM would be asked), else None.
+    A missing folder or MiniLM package is a one-line error here, before training starts."""
+    if cfg.hazard_answerer != "reader" or cfg.hazards_from == "rules":
+        return None
+    from robo_prm.judge.hazard_reader import HazardReader
+
+    try:
+        return HazardReader.load(cfg.hazard_reader)
+    except (FileNotFoundError, ImportError, ValueError) as exc:
+        raise ValueError(f"judge.hazard_reader: {exc} (or --judge.hazard_answerer backend)") from None
+
+
 def make_judge(cfg: JudgeConfig | None = None) -> ConfidentJudge:
     """The judge `cfg.backend` names, wrapped in the confidence fallback to rules."""
     cfg = resolve_finetuned(cfg or JudgeConfig())
@@ -39,18 +52,19 @@ def make_judge(cfg: JudgeConfig | None = None) -> ConfidentJudge:
         calibrator = Calibrator.load(cfg.transformers.calibrator)
     if cfg.backend == "rules":
         return ConfidentJudge(None, cfg)
+    reader = make_hazard_reader(cfg)
     if cfg.backend == "llamacpp":
         from robo_prm.judge.backends.llamacpp import LlamaCppBackend
 
-        return ConfidentJudge(LlamaCppBackend(cfg), cfg, calibrator)
+        return ConfidentJudge(LlamaCppBackend(cfg), cfg, calibrator, reader)
     if cfg.backend == "transformers":
         from robo_prm.judge.backends.hf import TransformersBackend
 
-        return ConfidentJudge(TransformersBackend(cfg), cfg, calibrator)
+        return ConfidentJudge(TransformersBackend(cfg), cfg, calibrator, reader)
     if cfg.backend == "openai":
         from robo_prm.judge.backends.openai import OpenAIBackend
 
-        return ConfidentJudge(OpenAIBackend(cfg), cfg, calibrator)
+        return ConfidentJudge(OpenAIBackend(cfg), cfg, calibrator, reader)
     if cfg.backend == "distilled":
         from robo_prm.judge.backends.distilled import DistilledBackend
         from robo_prm.judge.weights import shipped_distilled
@@ -63,4 +77,4 @@ def make_judge(cfg: JudgeConfig | None = None) -> ConfidentJudge:
 
 
 __all__ = ["Backend", "ConfidentJudge", "Judge", "JudgeConfig", "OpenAIConfig", "Scored",
-           "TransformersConfig", "bundled_model_path", "make_judge"]
+           "TransformersConfig", "bundled_model_path", "make_hazard_reader", "make_judge"]

@@ -12,6 +12,7 @@ cleaned here (`parse.clean_reason`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections import OrderedDict
 from typing import Any, Callable, Sequence
@@ -25,6 +26,7 @@ from robo_prm.judge.parse import clean_reason
 from robo_prm.judge.scoring import summarize
 from robo_prm.types import HazardReport, Judgement, SceneDescription, TaskText
 
+log = logging.getLogger(__name__)
 CAUSES = ("error", "deadline", "low_confidence")  # why a scene got the rules judgement
 
 
@@ -66,8 +68,9 @@ class ConfidentJudge:
     """A `Judge` over a `Backend` (or over rules alone when backend is None)."""
 
     def __init__(self, backend: Backend | None, cfg: JudgeConfig | None = None,
-                 calibrator: Callable[[float], float] | None = None):
+                 calibrator: Callable[[float], float] | None = None, reader=None):
         self.backend = backend
+        self.reader = reader  # a HazardReader answers the asked hazards instead of the backend (hazard_answerer reader)
         self.cfg = cfg or JudgeConfig()
         self.rules = RulesJudge()
         self.calibrator = calibrator
@@ -77,6 +80,7 @@ class ConfidentJudge:
         self.outage = OutageLog(self.name, getattr(backend, "where", None))
         self._answers: OrderedDict[tuple, Scored] = OrderedDict()  # (task key, scene text) → raw answer
         self._latency_ms = 0.0
+        self._reader_down = self._reader_failures = 0  # failed reader calls: of the outage in progress, in all
 
     def judge(self, task: TaskText, scenes: Sequence[SceneDescription], explain: bool = False) -> list[Judgement]:
         scenes = list(scenes)
@@ -89,18 +93,46 @@ class ConfidentJudge:
         mode = self.cfg.hazards_from
         asked = hazards_to_ask(task, mode)
         t0 = time.perf_counter()
-        scored, cause = self._score_cached(task, scenes, asked, explain)
+        read = self._read_hazards(task, scenes, asked)
+        scored, cause = self._score_cached(task, scenes, [] if read is not None else asked, explain)
         per_scene_ms = (time.perf_counter() - t0) * 1e3 / len(scenes)
         out = []
-        for s, r, scene in zip(scored, rules, scenes):
+        for i, (s, r, scene) in enumerate(zip(scored, rules, scenes)):
             if s is None:  # only when the backend call failed: `cause` says how
-                out.append(self._fallback(r, mode, per_scene_ms, None, cause or "error"))
+                fb = self._fallback(r, mode, per_scene_ms, None, cause or "error")
+                if read is not None:  # the reader still answered: its hazards stand beside the simulator's
+                    fb = dataclasses.replace(fb, hazards=merge_hazards(self._reports(task, read[i]), r.hazards, mode))
+                out.append(fb)
                 self._by_cause[cause or "error"] += 1
             else:
-                out.append(self._one(task, s, r, mode, scene))
+                if read is not None:
+                    s = dataclasses.replace(s, hazards=read[i])
+                out.append(self._one(task, s, r, mode, scene, rescale_hazards=read is None))
                 self._by_cause["low_confidence"] += out[-1].fallback
         self._count(out)
         return out
+
+    def _read_hazards(self, task: TaskText, scenes: list[SceneDescription], asked: list[str]) -> list[dict] | None:
+        """The hazard reader's P(present) per scene for the asked hazards; None when there is no reader, nothing
+        to ask, or the reader failed (logged once per outage: the backend is asked instead)."""
+        if self.reader is None or not asked:
+            return None
+        texts = {h.name: h.text for h in task.hazards}
+        try:
+            p = self.reader.probabilities([texts[n] for n in asked], [s.text for s in scenes])
+        except Exception as exc:  # never stop training over the reader: the backend answers instead
+            if not self._reader_down:  # one warning per outage, as for the backend
+                log.warning("hazard reader failed (%s: %s); the judge backend answers the hazards until it recovers",
+                            type(exc).__name__, exc)
+            self._reader_down += 1
+            self._reader_failures += 1
+            return None
+        self._reader_down = 0
+        return [dict(zip(asked, map(float, row))) for row in p]
+
+    @staticmethod
+    def _reports(task: TaskText, hazards: dict[str, float]) -> tuple[HazardReport, ...]:
+        return tuple(HazardReport(n, task.severity(n), float(p)) for n, p in hazards.items())
 
     def _score_cached(self, task: TaskText, scenes: list[SceneDescription], asked: list[str],
                       explain: bool) -> tuple[list[Scored | None], str | None]:
@@ -147,7 +179,8 @@ class ConfidentJudge:
                     self._answers.popitem(last=False)
         return out, cause
 
-    def _one(self, task: TaskText, s: Scored, rules: Judgement, mode: str, scene: SceneDescription) -> Judgement:
+    def _one(self, task: TaskText, s: Scored, rules: Judgement, mode: str, scene: SceneDescription,
+             rescale_hazards: bool = True) -> Judgement:
         if s.digits is None:
             progress, conf = 0.0, 0.0
         else:
@@ -157,10 +190,10 @@ class ConfidentJudge:
         if self.calibrator is not None:
             progress = self.calibrator(progress)
         rescale = getattr(self.calibrator, "hazard", None)  # per-kind thresholds fitted with the calibrator
-        if rescale is not None and s.hazards:
+        if rescale is not None and s.hazards and rescale_hazards:  # the reader's threshold is in its own bias
             texts = {h.name: h.text for h in task.hazards}
             s = dataclasses.replace(s, hazards={n: rescale(n, p, texts.get(n, "")) for n, p in s.hazards.items()})
-        llm_hazards = tuple(HazardReport(n, task.severity(n), float(p)) for n, p in s.hazards.items())
+        llm_hazards = self._reports(task, s.hazards)
         reason = clean_reason(s.reason)
         if self.cfg.reason_guard and reason:
             reason, dropped = drop_contradictions(reason, scene.facts, scene.text)
@@ -201,11 +234,11 @@ class ConfidentJudge:
         fallback_deadline + fallback_low_confidence, errors (failed backend calls, deadlines
         included), outages (runs of failed calls; one warning each), answer_cache_hits,
         fallback_rate, mean latency_ms per scene, reasons_guarded (reasons that lost a sentence contradicting
-        the scene)."""
+        the scene), hazard_reader_failures (reader calls that failed; the backend answered those hazards)."""
         return {"calls": self._calls, "fallbacks": self._fallbacks,
                 **{f"fallback_{c}": n for c, n in self._by_cause.items()},
                 "errors": self.outage.failures, "outages": self.outage.outages, "answer_cache_hits": self._hits,
-                "reasons_guarded": self._guarded,
+                "reasons_guarded": self._guarded, "hazard_reader_failures": self._reader_failures,
                 "fallback_rate": self._fallbacks / self._calls if self._calls else 0.0,
                 "mean_latency_ms": self._latency_ms / self._calls if self._calls else 0.0}
 

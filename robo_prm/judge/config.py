@@ -1,5 +1,6 @@
 """Typed judge config. The defaults are the product defaults: the bundled SmolLM2 GGUF
-through llama.cpp, the rules as the fallback where they know more than success (`fallback`), hazards from the simulator where it can check them and from the LLM elsewhere."""
+through llama.cpp, the rules as the fallback where they know more than success (`fallback`), hazards from the simulator
+where it can check them and from the hazard reader (a small trained model over MiniLM, `hazard_answerer`) elsewhere."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -62,6 +63,11 @@ class JudgeConfig:
     hazards_from: Literal["auto", "llm", "rules", "union"] = opt(
         "auto", "auto: the simulator's checks where a hazard has one, the LLM for hazards described only in words; "
         "union: ask the LLM about every hazard and merge with the checks; llm, rules: one source only")
+    hazard_answerer: Literal["reader", "backend"] = opt(
+        "reader", "who answers the hazards the LLM is asked about (hazards_from): reader (the trained MiniLM hazard "
+                  "reader, robo_prm/judge/hazard_reader.py: one small pass for all hazards of a scene) or backend "
+                  "(the judge model, one yes/no pass per hazard)")
+    hazard_reader: str | None = opt(None, "hazard_answerer reader: its folder (null: the shipped robo_prm/models/hazard_reader)")
     cache_size: int = opt(20_000, "raw model answers kept per (task, scene text); 0 disables")
     reason_tokens: int = opt(40, "max tokens of the reason, generated only when explain=True")
     reason_guard: bool = opt(True, "drop a reason's sentences whose distance, relation or state claims contradict the scene")

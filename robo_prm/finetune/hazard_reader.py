@@ -1,0 +1,243 @@
+"""Train the hazard reader (robo_prm/judge/hazard_reader.py): `robo-prm finetune-hazards`.
+
+Pairs come from judge labels (`robo-prm label auto`, generated families included): every hazard of a label's
+task text against the label's scene, positive when the task's check held on that state (`Label.hazards`).
+The `train` split trains; the `heldout` split (held-out task families, phrasings and tasks) picks the
+decision threshold — the one with the best F1 — which is folded into the head's bias so that P ≥ 0.5
+decides. Positives are weighted to balance the classes (hazards are rare on most states).
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from robo_prm.config_flags import opt
+
+
+@dataclass
+class HazardTrainConfig:
+    labels: str = opt(help="label JSONL (train split trains, heldout split sets the threshold)")
+    out: str = opt(help="reader folder (reader.json + reader.safetensors)")
+    epochs: int = opt(12, min=1, help="passes over the training pairs")
+    batch_size: int = opt(128, min=1, help="pairs per step")
+    lr: float = opt(1e-3, "peak learning rate (AdamW, cosine decay)")
+    dim: int = opt(128, min=8, help="width of the reader's layers")
+    layers: int = opt(2, min=1, help="encoder layers")
+    seed: int = opt(0, "seed of the initialisation and the batches")
+    threads: int = opt(1, min=1, help="torch threads")
+    paraphrase: bool = opt(True, "also ask each generated hazard in other words (configs/reader/paraphrases.yaml)")
+    kinds: bool = opt(True, "give the reader the hazard's similarity to each known hazard kind (KindBank)")
+    word_dropout: float = opt(0.25, min=0.0, max=0.9, help="share of a hazard's tokens hidden in training (leans "
+                                                           "the reader on the kind and the object, not the wording)")
+
+
+def pairs(labels, paraphrase=None) -> tuple[list[str], list[str], np.ndarray]:
+    """(hazard texts, scene texts, 0/1 targets): every hazard of each label's task against its scene; with
+    `paraphrase` (a Paraphraser), each generated hazard is asked once more in other words, same target."""
+    from robo_prm.judge.hazard_reader import strip_milestones
+
+    hz, sc, y = [], [], []
+    for lab in labels:
+        on = set(lab.hazards)
+        scene = strip_milestones(lab.scene)
+        for h in lab.judge_text().hazards:
+            texts = [h.text] + ([t for t in [paraphrase(h.name, h.text)] if t] if paraphrase else [])
+            for text in texts:
+                hz.append(text)
+                sc.append(scene)
+                y.append(float(h.name in on))
+    return hz, sc, np.asarray(y, dtype=np.float32)
+
+
+# generator hazard kind → the reader's kind (a bystander moved is "moved" as much as the object itself)
+KIND_OF = {"near_edge": "edge", "named_edge": "named_edge", "fell": "fell", "tipped": "tipped", "disturbed": "moved",
+           "bystander_moved": "moved"}
+FILLERS = {"obj": "object", "table": "table", "edge": "edge", "bys": "object"}
+
+
+def kind_bank() -> dict[str, list[str]]:
+    """Each reader kind's wordings: the generator's train templates and the paraphrases, neutral fillers."""
+    from importlib import resources
+
+    from robo_prm.config_io import load_yaml
+    from robo_prm.envs.generate import load_data
+
+    extra = load_yaml(Path(str(resources.files("robo_prm.configs") / "reader")) / "paraphrases.yaml")
+    bank: dict[str, list[str]] = {}
+    for kind, templates in load_data()["phrasing"]["hazards"].items():
+        texts = [t["text"] for t in templates if t["split"] == "train"] + list(extra.get(kind, []))
+        bank.setdefault(KIND_OF.get(kind, kind), []).extend(t.format(**FILLERS) for t in texts)
+    return {k: sorted(set(v)) for k, v in bank.items()}
+
+
+class Paraphraser:
+    """A generated hazard's text in other words: the text is matched against the generator's train templates
+    of its kind (the hazard's name, configs/generator/phrasing.yaml) to recover {obj}, {table}, …, and re-worded
+    with a random line of configs/reader/paraphrases.yaml. None for a text no train template made."""
+
+    def __init__(self, seed: int = 0):
+        import re
+        from importlib import resources
+
+        from robo_prm.config_io import load_yaml
+        from robo_prm.envs.generate import load_data
+
+        self.rng = random.Random(seed)
+        self.extra = load_yaml(Path(str(resources.files("robo_prm.configs") / "reader")) / "paraphrases.yaml")
+        phrasing = load_data()["phrasing"]["hazards"]
+        self.patterns: dict[str, list] = {}
+        for kind, templates in phrasing.items():
+            for t in templates:
+                if t["split"] != "train" or kind not in self.extra:
+                    continue
+                rx = re.escape(t["text"])
+                for field in ("obj", "table", "edge", "bys"):
+                    rx = rx.replace(re.escape("{" + field + "}"), f"(?P<{field}>.+?)", 1)
+                self.patterns.setdefault(kind, []).append(re.compile(f"^{rx}$"))
+
+    def __call__(self, kind: str, text: str) -> str | None:
+        for rx in self.patterns.get(kind, ()):
+            m = rx.match(text)
+            if m:
+                fields = m.groupdict()
+                options = [o for o in self.extra[kind] if all(f in fields for f in _fields(o))]
+                return self.rng.choice(options).format(**fields) if options else None
+        return None
+
+
+def _fields(template: str) -> list[str]:
+    import string
+
+    return [f for _, f, _, _ in string.Formatter().parse(template) if f]
+
+
+def best_threshold(p: np.ndarray, y: np.ndarray) -> tuple[float, dict]:
+    """The probability threshold with the best F1 on (p, y), with its precision / recall / F1."""
+    best = (0.5, {"precision": 0.0, "recall": 0.0, "f1": 0.0})
+    for t in np.unique(np.round(p, 4)):
+        pred = p >= t
+        tp = float((pred & (y > 0.5)).sum())
+        prec = tp / max(pred.sum(), 1)
+        rec = tp / max((y > 0.5).sum(), 1)
+        f1 = 2 * prec * rec / max(prec + rec, 1e-9)
+        if f1 > best[1]["f1"]:
+            best = (float(t), {"precision": prec, "recall": rec, "f1": f1})
+    return best
+
+
+def _batches(hz_states, sc_states, size: int, rng: random.Random) -> list[list[int]]:
+    """Shuffled batches of pairs of similar length (less padding: the encoder's cost grows with the longest pair)."""
+    order = list(range(len(hz_states)))
+    rng.shuffle(order)
+    chunk = size * 20  # sort within chunks of 20 batches: similar lengths, still a random mix of tasks
+    batches = []
+    for i in range(0, len(order), chunk):
+        part = sorted(order[i:i + chunk], key=lambda j: len(hz_states[j]) + len(sc_states[j]))
+        batches += [part[k:k + size] for k in range(0, len(part), size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def per_hazard(names: list[str], p: np.ndarray, y: np.ndarray, threshold: float = 0.5) -> dict:
+    """Precision / recall per hazard name at `threshold` (with the counts)."""
+    out = {}
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, n in enumerate(names):
+        groups[n].append(i)
+    for n, idx in sorted(groups.items()):
+        pred, yy = p[idx] >= threshold, y[idx] > 0.5
+        tp, fp, fn = int((pred & yy).sum()), int((pred & ~yy).sum()), int((~pred & yy).sum())
+        out[n] = {"tp": tp, "fp": fp, "fn": fn, "precision": tp / max(tp + fp, 1), "recall": tp / max(tp + fn, 1)}
+    return out
+
+
+def _scores(net, hz_states, sc_states, kinds=None, batch: int = 512) -> np.ndarray:
+    import torch
+
+    from robo_prm.judge.hazard_reader import pad
+
+    net.eval()
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(hz_states), batch):
+            h, hm = pad(hz_states[i:i + batch])
+            s, sm = pad(sc_states[i:i + batch])
+            out.append(torch.sigmoid(net(h, hm, s, sm, None if kinds is None else kinds[i:i + batch])).numpy())
+    return np.concatenate(out)
+
+
+def train_reader(cfg: HazardTrainConfig, echo=print) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from robo_prm.finetune.labels import read_labels
+    from robo_prm.judge.hazard_reader import HazardReader, KindBank, ReaderNet, TokenStates, pad
+    from robo_prm.provenance import provenance
+
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    t0 = time.perf_counter()
+    train_h, train_s, train_y = pairs(read_labels(cfg.labels, split="train"),
+                                      Paraphraser(cfg.seed) if cfg.paraphrase else None)
+    held_labels = read_labels(cfg.labels, split="heldout")
+    held_h, held_s, held_y = pairs(held_labels)
+    held_names = [h.name for lab in held_labels for h in lab.judge_text().hazards]
+    if not len(train_y) or not train_y.sum():
+        raise ValueError(f"{cfg.labels}: no training pairs with a hazard present (label tasks whose hazards have checks)")
+    tokens = TokenStates()
+    tr_h, tr_s = tokens(train_h), tokens(train_s)
+    he_h, he_s = tokens(held_h), tokens(held_s)
+    echo(f"{len(train_y)} training pairs ({int(train_y.sum())} positive), {len(held_y)} held-out; "
+         f"MiniLM token states in {time.perf_counter() - t0:.0f} s")
+    bank = kind_bank() if cfg.kinds else None
+    kinds = KindBank(bank, tokens) if bank else None
+    tr_k = kinds(train_h) if kinds else None
+    he_k = kinds(held_h) if kinds and len(held_y) else None
+    net = ReaderNet(in_dim=tr_h[0].shape[-1], dim=cfg.dim, layers=cfg.layers, kinds=len(bank) if bank else 0)
+    opt_ = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=0.01)
+    steps = cfg.epochs * ((len(train_y) + cfg.batch_size - 1) // cfg.batch_size)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt_, max_lr=cfg.lr, total_steps=steps, pct_start=0.1)
+    pos_weight = torch.tensor(float((1 - train_y).sum() / max(train_y.sum(), 1)))
+    rng = random.Random(cfg.seed)
+    for epoch in range(cfg.epochs):
+        net.train()
+        total = 0.0
+        for idx in _batches(tr_h, tr_s, cfg.batch_size, rng):
+            h, hm = pad([tr_h[j] for j in idx])
+            s, sm = pad([tr_s[j] for j in idx])
+            if cfg.word_dropout > 0:  # hide some hazard tokens (never all of one: a row keeps at least one)
+                hidden = (torch.rand(hm.shape) < cfg.word_dropout) & hm
+                keep_one = hidden.all(1, keepdim=True) & hm & (hm.cumsum(1) == 1)
+                hm = hm & ~(hidden & ~keep_one)
+            k = tr_k[idx] if tr_k is not None else None
+            loss = F.binary_cross_entropy_with_logits(net(h, hm, s, sm, k), torch.from_numpy(train_y[idx]),
+                                                      pos_weight=pos_weight)
+            opt_.zero_grad()
+            loss.backward()
+            opt_.step()
+            sched.step()
+            total += float(loss.detach()) * len(idx)
+        if len(held_y):
+            _, m = best_threshold(_scores(net, he_h, he_s, he_k), held_y)
+            echo(f"epoch {epoch + 1}: loss {total / len(train_y):.4f}, held-out best F1 {m['f1']:.3f} "
+                 f"(P {m['precision']:.3f} R {m['recall']:.3f})")
+    held_p = _scores(net, he_h, he_s, he_k) if len(held_y) else np.zeros(0)
+    threshold, held = best_threshold(held_p, held_y) if len(held_y) else (0.5, {})
+    with torch.no_grad():  # fold the threshold into the bias: P >= 0.5 now means "above the threshold"
+        t = min(max(threshold, 1e-6), 1 - 1e-6)
+        net.head.bias -= float(np.log(t / (1 - t)))
+    info = {"labels": str(cfg.labels), "train_pairs": len(train_y), "train_positive": int(train_y.sum()),
+            "heldout_pairs": len(held_y), "threshold_folded": threshold, "heldout_at_threshold": held,
+            "heldout_per_hazard": per_hazard(held_names, held_p, held_y, threshold) if len(held_y) else {},
+            "config": {k: getattr(cfg, k) for k in ("epochs", "batch_size", "lr", "dim", "layers", "seed", "paraphrase",
+                                                    "kinds", "word_dropout")},
+            "kind_bank": bank,
+            "seconds": round(time.perf_counter() - t0, 1), "provenance": provenance()}
+    HazardReader(net, tokens=tokens).save(cfg.out, info)
+    echo(f"wrote {Path(cfg.out)}")
+    return info

