@@ -212,8 +212,8 @@ def train_reader(cfg: HazardTrainConfig, echo=print) -> dict:
             s, sm = pad([tr_s[j] for j in idx])
             if cfg.word_dropout > 0:  # hide some hazard tokens (never all of one: a row keeps at least one)
                 hidden = (torch.rand(hm.shape) < cfg.word_dropout) & hm
-                keep_one = hidden.all(1, keepdim=True) & hm & (hm.cumsum(1) == 1)
-                hm = hm & ~(hidden & ~keep_one)
+                every = (hidden == hm).all(1, keepdim=True)  # rows whose real tokens are all hidden
+                hm = hm & ~(hidden & ~(every & (hm.cumsum(1) == 1)))  # … keep their first token
             k = tr_k[idx] if tr_k is not None else None
             loss = F.binary_cross_entropy_with_logits(net(h, hm, s, sm, k), torch.from_numpy(train_y[idx]),
                                                       pos_weight=pos_weight)

@@ -6,7 +6,8 @@ threshold → what `JudgeConfig.fallback` says (default milestones_only: the rul
 more than success, `rules_informed`; elsewhere the LLM's own score stands, fallback=False). Fallbacks
 are counted by cause in `stats()` (fallback_low_confidence, fallback_error, fallback_deadline).
 A failing backend logs one warning per outage (`OutageLog`).
-Hazards are merged here as `hazards_from` says (llm / rules / union); every backend's reason is
+Hazards are merged here as `hazards_from` says (llm / rules / union); the hazards the model would be asked go to
+the hazard reader when the judge has one (`hazard_answerer: reader`, one small pass for all of them); every backend's reason is
 cleaned here (`parse.clean_reason`).
 """
 from __future__ import annotations

