@@ -117,6 +117,11 @@ def test_a_missing_reader_folder_is_a_one_line_error(tmp_path):
 def test_the_shipped_reader_loads():
     r = HazardReader.load(shipped_reader_folder())
     assert r.info["heldout_pairs"] > 0 and 0.0 < r.info["threshold_folded"] < 1.0
+    assert r.tokens._model is None  # MiniLM loads only when a hazard is read (the main command never reads one)
+    p = r.probabilities(["the hammer has fallen off the table"], ["The gripper is open, far from the hammer. The hammer "
+                                                                "has fallen off the table.", "The gripper is open, far "
+                                                                "from the hammer. The hammer lies in the middle of the table."])
+    assert p[0, 0] > 0.5 > p[1, 0]
 
 
 def test_the_kind_bank_and_paraphrases_keep_the_generators_heldout_wordings_out():

@@ -189,7 +189,7 @@ def train_reader(cfg: HazardTrainConfig, echo=print) -> dict:
     held_names = [h.name for lab in held_labels for h in lab.judge_text().hazards]
     if not len(train_y) or not train_y.sum():
         raise ValueError(f"{cfg.labels}: no training pairs with a hazard present (label tasks whose hazards have checks)")
-    tokens = TokenStates()
+    tokens = TokenStates(cache=10**7)  # every training text stays (the epochs reread them)
     tr_h, tr_s = tokens(train_h), tokens(train_s)
     he_h, he_s = tokens(held_h), tokens(held_s)
     echo(f"{len(train_y)} training pairs ({int(train_y.sum())} positive), {len(held_y)} held-out; "

@@ -36,9 +36,9 @@ def shipped_reader_folder() -> Path:
 
 
 class TokenStates:
-    """Text → frozen MiniLM last-layer token states (L, 384) as float16, memoised (LRU)."""
+    """Text → frozen MiniLM last-layer token states (L, 384) as float16, memoised (LRU, `cache` texts: ~60 kB each)."""
 
-    def __init__(self, folder: str | None = None, max_len: int = 128, cache: int = 50_000):
+    def __init__(self, folder: str | None = None, max_len: int = 128, cache: int = 4_000):
         self.folder, self.max_len, self.cache = folder, max_len, cache
         self._model = None
         self._memo: OrderedDict[str, torch.Tensor] = OrderedDict()
@@ -115,15 +115,16 @@ class KindBank:
     def __init__(self, bank: dict[str, list[str]], tokens: "TokenStates", temperature: float = 0.03):
         self.bank, self.tokens, self.temperature = bank, tokens, temperature
         self.kinds = sorted(bank)
-        texts = [t for k in self.kinds for t in bank[k]]
         self._owner = torch.tensor([self.kinds.index(k) for k in self.kinds for _ in bank[k]])
-        self._bank = self.sentences(texts)
+        self._bank: torch.Tensor | None = None  # the wordings' embeddings, on first use (MiniLM loads only then)
 
     def sentences(self, texts: Sequence[str]) -> torch.Tensor:
         return torch.stack([nn.functional.normalize(s.float().mean(0), dim=0) for s in self.tokens(list(texts))])
 
     def __call__(self, texts: Sequence[str]) -> torch.Tensor:
         """(N, kinds): a softmax over each kind's best similarity."""
+        if self._bank is None:
+            self._bank = self.sentences([t for k in self.kinds for t in self.bank[k]])
         sim = self.sentences(texts) @ self._bank.T  # (N, bank)
         best = torch.full((len(texts), len(self.kinds)), -1.0)
         best = best.scatter_reduce(1, self._owner.expand(len(texts), -1), sim, reduce="amax")
