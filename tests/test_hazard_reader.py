@@ -136,3 +136,21 @@ def test_the_kind_bank_and_paraphrases_keep_the_generators_heldout_wordings_out(
     out = p("fell", "the claw hammer has fallen off the bench")  # a train template of kind fell
     assert out and "claw hammer" in out and out != "the claw hammer has fallen off the bench"
     assert p("fell", "the claw hammer is no longer on the bench") is None  # a held-out wording is never rewritten
+
+
+def test_a_reader_outage_does_not_serve_cached_answers_without_hazards(reader):
+    class _Flaky:  # answers, then fails
+        seconds, broken = 0.0, False
+
+        def probabilities(self, hazards, scenes):
+            if self.broken:
+                raise RuntimeError("reader gone")
+            return reader.probabilities(hazards, scenes)
+
+    backend, flaky = _Backend(), _Flaky()
+    judge = ConfidentJudge(backend, JudgeConfig(hazards_from="llm", confidence_threshold=0.0), reader=flaky)
+    scene = [SceneDescription(text=next(iter(SCENES)), facts=())]
+    judge.judge(_task(), scene)
+    flaky.broken = True
+    [out] = judge.judge(_task(), scene)  # the cached answer was given without hazards: the backend is asked again
+    assert backend.asked == [[], ["fell", "edge"]] and {h.name for h in out.hazards} == {"fell", "edge"}

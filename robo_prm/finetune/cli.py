@@ -42,8 +42,8 @@ def judge_labels(judge, labels) -> list:
 
 def lora_judge_config(adapter: str | None, gguf: str | None = None, backend: str = "llamacpp", threads: int = 1,
                       calibrator: str | None = None):
-    """Raw (threshold 0, every hazard asked of the LLM itself, not the hazard reader) config of the fine-tuned judge: merged GGUF via llama.cpp,
-    or the transformers backend with the adapter."""
+    """Raw config of the fine-tuned judge (threshold 0, every hazard asked of the LLM itself, not the hazard
+    reader): merged GGUF via llama.cpp, or the transformers backend with the adapter."""
     from robo_prm.judge import JudgeConfig, TransformersConfig
 
     if backend == "transformers":

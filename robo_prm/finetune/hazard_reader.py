@@ -60,14 +60,20 @@ KIND_OF = {"near_edge": "edge", "named_edge": "named_edge", "fell": "fell", "tip
 FILLERS = {"obj": "object", "table": "table", "edge": "edge", "bys": "object"}
 
 
-def kind_bank() -> dict[str, list[str]]:
-    """Each reader kind's wordings: the generator's train templates and the paraphrases, neutral fillers."""
+def paraphrases() -> dict[str, list[str]]:
+    """configs/reader/paraphrases.yaml: generator hazard kind → extra wordings."""
     from importlib import resources
 
     from robo_prm.config_io import load_yaml
+
+    return load_yaml(Path(str(resources.files("robo_prm.configs") / "reader")) / "paraphrases.yaml")
+
+
+def kind_bank() -> dict[str, list[str]]:
+    """Each reader kind's wordings: the generator's train templates and the paraphrases, neutral fillers."""
     from robo_prm.envs.generate import load_data
 
-    extra = load_yaml(Path(str(resources.files("robo_prm.configs") / "reader")) / "paraphrases.yaml")
+    extra = paraphrases()
     bank: dict[str, list[str]] = {}
     for kind, templates in load_data()["phrasing"]["hazards"].items():
         texts = [t["text"] for t in templates if t["split"] == "train"] + list(extra.get(kind, []))
@@ -82,13 +88,11 @@ class Paraphraser:
 
     def __init__(self, seed: int = 0):
         import re
-        from importlib import resources
 
-        from robo_prm.config_io import load_yaml
         from robo_prm.envs.generate import load_data
 
         self.rng = random.Random(seed)
-        self.extra = load_yaml(Path(str(resources.files("robo_prm.configs") / "reader")) / "paraphrases.yaml")
+        self.extra = paraphrases()
         phrasing = load_data()["phrasing"]["hazards"]
         self.patterns: dict[str, list] = {}
         for kind, templates in phrasing.items():

@@ -79,7 +79,7 @@ class ConfidentJudge:
         self._calls = self._fallbacks = self._hits = self._guarded = 0
         self._by_cause = dict.fromkeys(CAUSES, 0)
         self.outage = OutageLog(self.name, getattr(backend, "where", None))
-        self._answers: OrderedDict[tuple, Scored] = OrderedDict()  # (task key, scene text) → raw answer
+        self._answers: OrderedDict[tuple, Scored] = OrderedDict()  # ((task key, hazards asked), scene text) → raw answer
         self._latency_ms = 0.0
         self._reader_down = self._reader_failures = 0  # failed reader calls: of the outage in progress, in all
 
@@ -142,7 +142,8 @@ class ConfidentJudge:
 
         A model sees only the task and the scene text, so equal text means an equal answer; the
         confidence test and the rules fallback still run per scene (rules read the exact state)."""
-        key = task.key
+        # the hazards asked are part of the key: an answer given while the reader answered them carries none
+        key = (task.key, tuple(asked))
         out: list[Scored | None] = [None] * len(scenes)
         todo: list[int] = []
         for i, scene in enumerate(scenes):
