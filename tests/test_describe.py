@@ -281,6 +281,29 @@ def test_facts_agree_with_text_while_holding(tidy):
     assert "gripper_open" not in d.facts
 
 
+def test_a_carried_object_says_which_edge_it_is_near(tidy):
+    """near_edge(obj) holds for an object held low over the table near an edge, so the text must say so; past
+    the edge it says that instead; over the middle nothing is added."""
+    s = placed(tidy, cup0=(1.52, 0.75, 0.45))  # near the front edge, just above the table
+    objects = dict(s.objects)
+    o = objects["cup0"]
+    objects["cup0"] = type(o)(pos=o.pos, vel=o.vel, up=o.up, quat=o.quat, fingers_touching=2)
+    held = SceneState(gripper_pos=o.pos.copy(), gripper_vel=s.gripper_vel, gripper_width=0.042, objects=objects)
+    d = tidy.captioner(held)
+    assert "The glass cup is held 5 cm above the table, 5 cm from the front edge." in d.text
+    assert "over_edge(glass cup, front)" in d.facts and "grasped(glass cup)" in d.facts
+    past = placed(tidy, cup0=(1.60, 0.75, 0.45))
+    objects["cup0"] = type(o)(pos=past.objects["cup0"].pos, vel=o.vel, up=o.up, quat=o.quat, fingers_touching=2)
+    d = tidy.captioner(SceneState(gripper_pos=objects["cup0"].pos.copy(), gripper_vel=s.gripper_vel,
+                                  gripper_width=0.042, objects=objects))
+    assert "The glass cup is held 5 cm above the table, out past the front edge." in d.text
+    middle = placed(tidy, cup0=(1.30, 0.75, 0.45))
+    objects["cup0"] = type(o)(pos=middle.objects["cup0"].pos, vel=o.vel, up=o.up, quat=o.quat, fingers_touching=2)
+    d = tidy.captioner(SceneState(gripper_pos=objects["cup0"].pos.copy(), gripper_vel=s.gripper_vel,
+                                  gripper_width=0.042, objects=objects))
+    assert "The glass cup is held 5 cm above the table." in d.text and not any("over_edge" in f for f in d.facts)
+
+
 # ---- issue 13: renamed table, edges and middle; "moved" only where a task checks it -------------------------
 RENAMED = """name: renamed
 background: A hammer lies on the bench.
@@ -297,6 +320,8 @@ success: in_zone(hammer, painted_square)
     ((1.54, 0.75, 0.42), "The hammer lies at the very lip of the bench."),  # 1 cm from the front edge: "touching"
     ((1.40, 0.95, 0.42), "The hammer lies on the front right part of the bench."),  # 15 cm from the front and right edges
     ((1.20, 0.75, 0.52), "The hammer is in the air, 15 cm above the bench."),  # 12 cm up, clear of the gripper
+    # in the air near an edge: where it is over the table is said (an edge hazard holds for it)
+    ((1.505, 0.75, 0.52), "The hammer is in the air, 15 cm above the bench, 5 cm from the lip."),
     ((1.75, 0.75, 0.02), "The hammer has fallen off the bench."),
 ])
 def test_renamed_table_edges_and_middle(make_env, tmp_path, pos, sentence):

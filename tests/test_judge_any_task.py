@@ -45,6 +45,10 @@ HELD_TEXT = "The gripper is closed around the screwdriver. The screwdriver is he
     ("The screwdriver lies on the table.", HELD_FACTS, HELD_TEXT, False),  # lying, but it is held
     ("The gripper is open.", HELD_FACTS, HELD_TEXT, False),
     ("The gripper is 10 cm from the glass cup.", HAMMER_FACTS, HAMMER_TEXT, True),  # no glass cup here: no claim read
+    # a carried object near an edge (its over_edge fact comes after grasped)
+    ("The screwdriver is near the edge of the table.", HELD_FACTS + ("over_edge(screwdriver, front)",),
+     HELD_TEXT[:-1] + ", 5 cm from the front edge.", True),
+    ("The screwdriver is near the edge of the table.", HELD_FACTS, HELD_TEXT, False),
 ])
 def test_reason_claims_are_checked_against_the_scene(reason, facts, text, faithful):
     r = check_reason(reason, facts, text)

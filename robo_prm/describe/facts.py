@@ -54,12 +54,15 @@ class ObjectFacts:
     sim: str  # sim name (tool0, tool1, cup0)
     place: str  # one of PLACE_KINDS
     container: str | None = None  # place == "in": left_bin / tray
-    edge: str | None = None  # place == "near_edge": front / back / left / right
+    edge: str | None = None  # near_edge: front / back / left / right; held / lifted: the edge it is over or near
     quadrant: str | None = None  # place == "quadrant": front-left, …
     bucket: str | None = None  # held / lifted: height above the table; near_edge: distance to the edge
     upright: bool = True  # read for fragile objects only
     moving: bool = False
     moved: str | None = None  # distance words from its reset pose, once ≥ MOVED_M (only objects a task checks `moved` on)
+    # held / lifted within NEAR_EDGE_M of an edge: distance words to it, "beyond" once past it. An edge hazard holds
+    # for an object carried low near an edge, so the text has to say where a carried object is.
+    edge_gap: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,16 +103,17 @@ def object_facts(sim: str, s: SceneState, watch_moved: bool = False) -> ObjectFa
     moving = float(np.linalg.norm(o.vel)) > MOVING_MS
     common = {"sim": sim, "upright": upright, "moving": moving, "moved": moved_words(sim, s) if watch_moved else None}
     p = o.pos
+    d, edge = edge_distance_xy(p[:2])
+    over = {"edge": edge, "edge_gap": "beyond" if d < 0 else distance_words(d)} if d < NEAR_EDGE_M else {}
     if o.fingers_touching >= 2:
-        return ObjectFacts(place="held", bucket=distance_words(p[2] - TABLE_TOP_Z), **common)
+        return ObjectFacts(place="held", bucket=distance_words(p[2] - TABLE_TOP_Z), **over, **common)
     if not (p[2] > TABLE_TOP_Z - 0.01 and edge_distance_xy(p[:2])[0] > 0):
         return ObjectFacts(place="fallen", **common)
     for c in CONTAINERS:
         if PLACES[c].contains_xy(p[:2]) and p[2] < TABLE_TOP_Z + 0.1:
             return ObjectFacts(place="in", container=c, **common)
     if p[2] > TABLE_TOP_Z + 0.06:
-        return ObjectFacts(place="lifted", bucket=distance_words(p[2] - TABLE_TOP_Z), **common)
-    d, edge = edge_distance_xy(p[:2])
+        return ObjectFacts(place="lifted", bucket=distance_words(p[2] - TABLE_TOP_Z), **over, **common)
     if d < NEAR_EDGE_M:
         return ObjectFacts(place="near_edge", edge=edge, bucket=distance_words(d), **common)
     if PLACES["middle"].contains_xy(p[:2]):

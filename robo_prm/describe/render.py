@@ -56,17 +56,21 @@ def _object(o: ObjectFacts, word, facts: list[str]) -> str:
     if o.moving:
         facts.append(f"moving({w})")
         extra += " It is moving fast."
-    touching = o.bucket == "touching"
+    gap = o.edge_gap or o.bucket  # to the edge: a carried object's edge_gap, a lying one's bucket
     depth, side = o.quadrant.split("-") if o.quadrant else ("", "")
     table, edge = word("table"), word(f"{o.edge}_edge") if o.edge else None  # "table", "front edge" unless renamed
     middle = f"middle of the {table}" if word("middle") == "middle" else word("middle")
     fields = {"w": w, "verb": verb, "bucket": o.bucket, "edge": o.edge, "quadrant": o.quadrant, "depth": depth, "side": side,
-              "container": word(o.container) if o.container else None, "height": "just" if touching else o.bucket,
+              "container": word(o.container) if o.container else None, "height": "just" if o.bucket == "touching" else o.bucket,
               "table": table, "middle": middle,
-              "from_edge": f"at the very {edge}" if touching else f"{o.bucket} from the {edge}"}
+              "from_edge": f"at the very {edge}" if gap == "touching" else f"{gap} from the {edge}"}
     fact, sentence = _PHRASES[o.place]
     facts.append(fact.format(**fields))
-    return f"{sentence.format(**fields)}.{extra}"
+    sentence = sentence.format(**fields)
+    if o.edge_gap is not None:  # a held / lifted object near an edge (near_edge objects say it in their sentence)
+        facts.append(f"over_edge({w}, {o.edge})")
+        sentence += f", out past the {edge}" if o.edge_gap == "beyond" else f", {fields['from_edge']}"
+    return f"{sentence}.{extra}"
 
 
 def render(facts: SceneFacts, word, milestone_line: bool = True) -> tuple[str, tuple[str, ...]]:

@@ -82,6 +82,8 @@ def scene_claims(facts: Sequence[str], text: str = "") -> SceneClaims:
                 v[(w, "edge_bucket")] = (b.group(1) or "touching") if b else None
             if name == "grasped":
                 v[("gripper", "open")] = False
+        elif name == "over_edge":  # a held / lifted object near an edge: after its grasped / lifted fact
+            v[(w, "near_edge")] = True
         elif name == "tipped":
             v[(w, "upright")] = False
         elif name == "moving":

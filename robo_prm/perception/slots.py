@@ -6,7 +6,7 @@ left out of the loss. `decode` turns head outputs back into SceneFacts for the s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -51,12 +51,18 @@ def encode(f: SceneFacts) -> dict[str, int]:
         for k in OBJECT_SLOTS:
             out[f"{sim}.{k}"] = -1
     for o in f.objects:
-        detail = o.container or o.edge or o.quadrant
+        detail = o.container or (o.edge if o.place == "near_edge" else None) or o.quadrant  # no head for a carried object's edge
         out[f"{o.sim}.place"] = PLACES.index((o.place, detail))
         out[f"{o.sim}.bucket"] = BUCKETS.index(o.bucket) if o.place in _BUCKETED else -1
         out[f"{o.sim}.upright"] = int(o.upright) if OBJECT_KIND[o.sim] == "fragile" else -1
         out[f"{o.sim}.moving"] = int(o.moving)
     return out
+
+
+def expressible(f: SceneFacts) -> SceneFacts:
+    """The part of `f` the heads can say: everything but a carried object's edge (`ObjectFacts.edge_gap` came after
+    the shipped heads were trained; the pixel captioner leaves that clause out until a head is trained for it)."""
+    return replace(f, objects=tuple(replace(o, edge=None, edge_gap=None) if o.edge_gap else o for o in f.objects))
 
 
 def _argmax(logits: np.ndarray, allowed: list[int] | None = None) -> int:
