@@ -28,6 +28,7 @@ Variants (docs/LEARNING.md):
   llm_demos         the default + 50 scripted demonstrations (`--demos 50`)
   llm_curriculum    the default + curriculum of start states (`--curriculum.enabled true`)
   llm_no_novelty    the default without the count-based novelty term (`--reward.novelty none`)
+  clip              the blend with the frame's CLIP similarity to the goal in the LLM's place (VLM-RM, `--reward_source clip`)
   rules_demos, rules_curriculum, dense_demos, sparse_demos   the aids on the cheaper rewards
 """
 from __future__ import annotations
@@ -49,6 +50,7 @@ VARIANTS = {
     "sparse": ["--reward_source", "env"],
     "her": ["--reward_source", "her"],
     "dense": ["--reward_source", "dense"],
+    "clip": ["--reward_source", "clip"],
     "rules": ["--judge.backend", "rules"],
     "llm": [],
     "llm_no_safety": ["--reward.safety_weight", "0"],

@@ -20,6 +20,8 @@ class DescribeConfig:
     milestone_line: bool = opt(True, 'show "Milestones reached: i of n" to the judge')
     weights: str | None = opt(None, "pixels: a trained perception folder (null: the shipped robo_prm/models/perception)")
     every: int = opt(0, min=0, help="pixels: describe every n-th step and hold the description between (0: reward.judge_every)")
+    goal_similarity: bool = opt(False, "pixels: each description also carries the frame's CLIP similarity to the goal "
+                                       "text (what judge.backend clip scores; set by reward_source clip)")
 
 
 @dataclass
@@ -60,9 +62,11 @@ class TrainConfig:
     n_envs: int = opt(1, "parallel envs", min=1, max=256)
     device: str = opt("cpu", "torch device")
     torch_threads: int = opt(1, min=1, help="torch threads (1 whenever a judge or env workers share the cores)")
-    reward_source: Literal["blend", "env", "dense", "her"] = opt(
-        "blend", "blend: the LLM reward; env (sparse success), dense (hand-written) and her (sparse, goal-conditioned "
-                 "observation + SB3's HerReplayBuffer, SAC on single-object tasks) are the baselines")
+    reward_source: Literal["blend", "env", "dense", "her", "clip"] = opt(
+        "blend", "blend: the LLM reward; env (sparse success), dense (hand-written), her (sparse, goal-conditioned "
+                 "observation + SB3's HerReplayBuffer, SAC on single-object tasks) and clip (the blend with the "
+                 "frame's CLIP similarity to the goal text in the LLM's place: VLM-RM; describes from pixels) "
+                 "are the baselines")
     vec_env: Literal["dummy", "subproc"] = opt("dummy", "n_envs > 1: step the envs in this process (dummy) or one "
                                                         "subprocess each (subproc: SB3's SubprocVecEnv)")
     updates_per_step: float = opt(1.0, gt=0.0, help="SAC gradient steps per env step: gradient_steps = "
@@ -85,6 +89,14 @@ class TrainConfig:
     sac: dict[str, Any] = opt({}, "extra SB3 SAC(...) keyword arguments")
     ppo: dict[str, Any] = opt({}, "extra SB3 PPO(...) keyword arguments")
 
+    def resolve(self) -> None:
+        """Set the fields another field implies, where training starts (the run's config.yaml shows the result).
+        reward_source clip: the blend scored by the CLIP judge on frames — describe.source pixels with
+        describe.goal_similarity, judge.backend clip, and no caches keyed by caption text (the score is the frame's)."""
+        if self.reward_source == "clip":
+            self.describe.source, self.describe.goal_similarity, self.judge.backend = "pixels", True, "clip"
+            self.judge.cache_size, self.reward.cache = 0, False
+
     def check_combination(self) -> None:
         """Fields that only work together, checked where training starts (each field alone is valid anywhere)."""
         if self.reward_source == "her" and self.algo != "sac":
@@ -93,6 +105,9 @@ class TrainConfig:
             raise ConfigError(f"demos: needs algo sac (a replay buffer to keep them in), got algo {self.algo}")
         if self.demos and self.reward_source == "her":
             raise ConfigError("demos: not with reward_source her (HerReplayBuffer keeps whole episodes of its own)")
+        if self.judge.backend == "clip" and not (self.describe.source == "pixels" and self.describe.goal_similarity):
+            raise ConfigError("judge.backend: clip scores frames: needs describe.source pixels and describe.goal_similarity "
+                              "true (--reward_source clip sets both)")
 
 
 def train_configs_dir() -> Path:

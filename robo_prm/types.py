@@ -87,6 +87,9 @@ class SceneDescription:
     hazards: tuple[str, ...] = ()  # hazard names whose check holds (simulator truth; predicted in pixels mode); not shown to the LLM
     rule_progress: float | None = None  # the simulator's progress in [0, 1] (milestones + approach; predicted in pixels mode); None if unknown
     features: np.ndarray | None = field(default=None, compare=False, repr=False)  # image/state embedding for NN cache, novelty
+    # cosine between the frame's CLIP embedding and the task's goal text (pixels describing with describe.goal_similarity):
+    # what the CLIP judge (judge.backend clip, the VLM-RM baseline) scores
+    goal_similarity: float | None = field(default=None, compare=False)
     source: Literal["state", "pixels"] = "state"  # where hazards, milestones, rule_progress came from
 
 

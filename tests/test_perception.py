@@ -311,6 +311,75 @@ def test_pixels_only_mode_drives_sb3(tiny_model, tmp_path):
     assert judge["cache_hits_exact"] + judge["cache_hits_nn"] + judge["cache_misses"] >= 200 / cfg.reward.judge_every
 
 
+def test_clip_backend_scores_the_goal_similarity_the_describer_gives():
+    """judge.backend clip: progress = (cos + 1) / 2 of SceneDescription.goal_similarity, confidence 1, never reused
+    by caption text; a scene without a similarity (or a NaN one) is a backend error: the rules answer, counted."""
+    import dataclasses
+
+    from robo_prm.judge import JudgeConfig, make_judge
+    from robo_prm.judge.backends.clip import ClipBackend
+    from robo_prm.envs.task import load_task
+    from robo_prm.types import SceneDescription
+
+    task = load_task("reach_tool").text
+    scene = SceneDescription(text="The gripper is open, far from the hammer.", facts=(), source="pixels")
+    sims = [1.0, 0.0, -1.0, 0.5]
+    got = ClipBackend().score(task, [dataclasses.replace(scene, goal_similarity=c) for c in sims], [], False)
+    assert [s.progress for s in got] == [1.0, 0.5, 0.0, 0.75]
+    with pytest.raises(ValueError, match="goal_similarity"):
+        ClipBackend().score(task, [scene], [], False)
+    judge = make_judge(JudgeConfig(backend="clip", cache_size=0))
+    same_text = judge.judge(task, [dataclasses.replace(scene, goal_similarity=c) for c in sims[:2]])
+    assert [j.progress for j in same_text] == pytest.approx([1.0, 0.5], abs=0.02)  # one caption, two frames, two scores
+    assert not any(j.fallback for j in same_text)
+    bad = judge.judge(task, [dataclasses.replace(scene, goal_similarity=float("nan"))])
+    assert bad[0].fallback and judge.stats()["fallback_error"] == 1
+
+
+def test_the_pixel_captioner_gives_the_goal_similarity_of_its_own_clip(tiny_model, make_env):
+    import torch
+
+    from robo_prm.perception.weights import load_perception
+
+    env = make_env("reach_tool", render_mode="rgb_array", width=64, height=64)
+    env.reset(seed=0)
+    frame = env.render()
+    bundle = load_perception(tiny_model)
+    task = env.unwrapped.task
+    d = bundle.captioner(task, goal_similarity=True)(frame)
+    clip = bundle.clip()
+    with torch.no_grad():
+        want = float(clip.encode_image(frame[None]) @ clip.encode_text([task.text.goal]).T)
+    assert d.goal_similarity == pytest.approx(want, abs=1e-4)
+    assert bundle.captioner(task)(frame).goal_similarity is None  # only when asked: no text tower otherwise
+
+
+def test_reward_source_clip_trains_on_frames_with_the_clip_judge(tiny_model, tmp_path):
+    """`--reward_source clip` (the VLM-RM baseline): pixels describing with the goal similarity, the CLIP judge, no
+    caption-keyed caches; it runs SB3 end to end and its config.yaml says so."""
+    import json
+
+    import yaml
+
+    from robo_prm.config import ConfigError, load_train_config
+    from robo_prm.train import train
+
+    over = {"task": "reach_tool", "steps": 120, "reward_source": "clip", "describe.weights": str(tiny_model),
+            "eval.every_steps": 0, "eval.episodes": 1, "eval.record": 0, "record.every_episodes": 0,
+            "progress_bar": False, "runs_dir": str(tmp_path), "run_name": "clip", "checkpoint_every": 0,
+            "sac.learning_starts": 50}
+    run = train(load_train_config(None, over))
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["describe"]["source"] == "pixels" and cfg["describe"]["goal_similarity"] is True
+    assert cfg["judge"]["backend"] == "clip" and cfg["judge"]["cache_size"] == 0 and cfg["reward"]["cache"] is False
+    judge = json.loads((run / "summary.json").read_text())["judge"]
+    assert judge["judge_errors"] == 0 and judge["nan_rewards"] == 0 and judge["judge_fallbacks"] == 0
+    assert "cache_hits_exact" not in judge and judge["blend_judge_calls"] >= 120 / 4  # every judged step scored
+    bad = load_train_config(None, {"judge.backend": "clip"})
+    with pytest.raises(ConfigError, match="describe.source pixels"):
+        bad.check_combination()
+
+
 # ---- the shipped weights -------------------------------------------------------------------------------
 def test_shipped_weights_describe_a_frame_and_embed_shipped_goals(make_env):
     """The default pixels path needs no training and no text encoder: weights ship with the package,

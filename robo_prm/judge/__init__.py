@@ -73,7 +73,11 @@ def make_judge(cfg: JudgeConfig | None = None) -> ConfidentJudge:
         if path is None:
             raise ValueError("judge.distilled: no distilled head shipped; give its folder (robo-prm distill --out DIR)")
         return ConfidentJudge(DistilledBackend(path), cfg, calibrator)
-    raise ValueError(f"judge.backend: unknown backend {cfg.backend!r} (llamacpp, transformers, openai, rules, distilled)")
+    if cfg.backend == "clip":
+        from robo_prm.judge.backends.clip import ClipBackend
+
+        return ConfidentJudge(ClipBackend(), cfg)
+    raise ValueError(f"judge.backend: unknown backend {cfg.backend!r} (llamacpp, transformers, openai, rules, distilled, clip)")
 
 
 __all__ = ["Backend", "ConfidentJudge", "Judge", "JudgeConfig", "OpenAIConfig", "Scored",

@@ -42,6 +42,8 @@ class JudgeDeadline(TimeoutError):
 
 class Backend(Protocol):
     name: str
+    # Optional `reads_text_only` (default True): the answer depends on the scene text alone, so ConfidentJudge reuses
+    # it for an equal text. The CLIP judge sets it False (it reads the frame's embedding).
 
     def score(self, task: TaskText, scenes: Sequence[SceneDescription], hazards: Sequence[str], explain: bool) -> list[Scored]:
         """Raw answers, one per scene, with P(present) for each hazard named in `hazards`.

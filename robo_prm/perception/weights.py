@@ -36,10 +36,16 @@ class PerceptionBundle:
     def clip(self) -> RoboClip:
         return RoboClip(self.net, self.text)
 
-    def captioner(self, task, milestone_line: bool = True):
+    def captioner(self, task, milestone_line: bool = True, goal_similarity: bool = False):
+        """goal_similarity: each description also carries the frame's cosine to the task's goal text (this bundle's
+        text tower: the CLIP judge's input)."""
         from robo_prm.perception.captioner import PixelCaptioner
 
-        return PixelCaptioner(task, self.net, milestone_line, self.hazard_threshold)
+        goal = None
+        if goal_similarity:
+            with torch.no_grad():
+                goal = self.clip().encode_text([task.text.goal])[0].float().numpy()
+        return PixelCaptioner(task, self.net, milestone_line, self.hazard_threshold, goal)
 
 
 def save_perception(folder: str | Path, net: PerceptionNet, text: TextTower, manifest: dict | None = None,

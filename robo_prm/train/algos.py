@@ -36,7 +36,7 @@ def buffer_kwargs(cfg: TrainConfig) -> dict:
     """replay_buffer_class/_kwargs of the aids: HER's buffer (reward_source her), the demo store (demos) on the
     async judge's relabelling buffer or SB3's own; keywords under `sac: replay_buffer_kwargs` win."""
     # reward.async: SB3's buffer classes that take the late judgements (reward/relabel.py)
-    out = relabel_kwargs(cfg.algo, cfg.reward_source == "blend" and cfg.reward.async_)
+    out = relabel_kwargs(cfg.algo, cfg.reward_source in ("blend", "clip") and cfg.reward.async_)
     if cfg.algo != "sac":
         return out
     if cfg.reward_source == "her":

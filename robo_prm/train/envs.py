@@ -51,7 +51,7 @@ def make_tidy_env(task: Task, cfg: TrainConfig, render: bool = True, reward_mode
         size = bundle.net.cfg.size
         env = TidyTableEnv(task, reward_mode=mode, render_mode="rgb_array", width=size, height=size)
         every = cfg.describe.every or cfg.reward.judge_every
-        return DescribeWrapper(env, bundle.captioner(task, cfg.describe.milestone_line), every)
+        return DescribeWrapper(env, bundle.captioner(task, cfg.describe.milestone_line, cfg.describe.goal_similarity), every)
     size = cfg.record.frame_size
     env = TidyTableEnv(task, reward_mode=mode, render_mode="rgb_array" if render else None, width=size, height=size)
     return DescribeWrapper(env, StateCaptioner(task, cfg.describe.milestone_line))
@@ -75,7 +75,7 @@ def make_vec_env(task: Task, cfg: TrainConfig, judge=None) -> VecEnv:
     vec_cls = SubprocVecEnv if cfg.vec_env == "subproc" and cfg.n_envs > 1 else DummyVecEnv
     venv = vec_cls([factory(i) for i in range(cfg.n_envs)])
     venv.seed(cfg.seed)
-    if cfg.reward_source == "blend":
+    if cfg.reward_source in ("blend", "clip"):  # clip: the blend, scored by the CLIP judge (TrainConfig.resolve)
         venv = LLMRewardVecEnv(venv, task.text, judge if judge is not None else make_judge(cfg.judge), cfg.reward)
     return venv
 

@@ -189,6 +189,7 @@ def train(cfg: TrainConfig, callbacks: tuple[BaseCallback, ...] = ()) -> Path:
     evaluation (each gets it as `.evaluator`; `evaluator.history`); one returning False ends training early
     and the run folder is finished as usual (tune.py prunes trials this way)."""
     task = load_task(cfg.task)  # fail on a bad task before making a run directory
+    cfg.resolve()
     cfg.check_combination()
     check_task_aids(cfg, task)
     run = run_name(cfg, task.name)

@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from robo_prm.judge.base import Scored
+from robo_prm.judge.scoring import digits_around
 from robo_prm.types import TaskText
 
 
@@ -108,12 +109,6 @@ class DistilledModel:
         m.net.load_state_dict(load_file(str(path / "distilled.safetensors")))
         m.net.eval()
         return m
-
-
-def digits_around(progress: float, sigma: float = 0.5) -> np.ndarray:
-    t = 9.0 * float(np.clip(progress, 0, 1))
-    w = np.exp(-0.5 * ((np.arange(10) - t) / sigma) ** 2)
-    return w / w.sum()
 
 
 class DistilledBackend:
