@@ -51,6 +51,10 @@ class ReplayArgs:
     fps: float | None = opt(None, "env steps per second of video (null: the recorded control rate)")
     gif: bool = opt(False, "also write a GIF next to the MP4")
     summary: str | None = opt(None, "also write a PNG plot of progress, reward terms and hazards here")
+    pixel_captions: bool = opt(False, "MP4: show beside the scene text the judge read what the perception model reads "
+                                      "off each frame (orange where they differ)")
+    perception: str | None = opt(None, "with --pixel_captions: a perception folder (null: the shipped one)")
+    task: str | None = opt(None, "with --pixel_captions: the episode's task file, when it is not a shipped task")
 
 
 @dataclass
@@ -147,16 +151,25 @@ def _task_train_config(task: str | None, algo: str | None) -> str | None:
 
 
 # ---- replay ------------------------------------------------------------------------
-def _replay(episode_dir: Path, out: Path, gif: bool, summary: Path | None, fps: float | None = None):
+def _replay(episode_dir: Path, out: Path, gif: bool, summary: Path | None, fps: float | None = None, captions=None):
+    """`captions`: the ReplayArgs asking for pixel captions (None: none)."""
     from robo_prm.replay.episode import load_episode
     from robo_prm.replay.plots import render_summary_png
     from robo_prm.replay.video import render_episode
 
-    ep = load_episode(episode_dir)
+    ep = _with_captions(load_episode(episode_dir), captions)
     written = render_episode(ep, out, fps=fps, gif=gif)
     if summary:
         written.append(render_summary_png(ep, summary))
     return written
+
+
+def _with_captions(ep, args):
+    if args is None or not args.pixel_captions:
+        return ep
+    from robo_prm.replay.captions import add_pixel_captions
+
+    return add_pixel_captions(ep, args.perception, args.task)
 
 
 def cmd_replay(args: ReplayArgs) -> int:
@@ -181,9 +194,11 @@ def cmd_replay(args: ReplayArgs) -> int:
         if len(args.episode) > 1:
             if args.gif or args.summary or out.suffix.lower() == ".gif":
                 raise CliError("--gif, --summary and .gif take one episode; several episodes make one MP4")
-            written = [render_reel([load_episode(Path(e)) for e in args.episode], out, fps=args.fps, hold_s=1.0)]
+            written = [render_reel([_with_captions(load_episode(Path(e)), args) for e in args.episode], out,
+                                   fps=args.fps, hold_s=1.0)]
         else:
-            written = _replay(Path(args.episode[0]), out, args.gif, Path(args.summary) if args.summary else None, args.fps)
+            written = _replay(Path(args.episode[0]), out, args.gif, Path(args.summary) if args.summary else None, args.fps,
+                              args)
     except EpisodeError as exc:
         raise CliError(str(exc)) from None
     for p in written:

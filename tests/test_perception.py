@@ -380,6 +380,33 @@ def test_reward_source_clip_trains_on_frames_with_the_clip_judge(tiny_model, tmp
         bad.check_combination()
 
 
+def test_replay_shows_the_pixel_caption_beside_the_state_caption(tiny_model, make_env, tmp_path):
+    """`robo-prm replay EP --pixel_captions --perception DIR`: each frame's pixel caption (from the recorded frame,
+    resized to the model's size) beside the scene text the judge read; the panel grows to hold both."""
+    from robo_prm.cli import main
+    from robo_prm.replay import EpisodeMeta, EpisodeWriter, StepRecord, load_episode, render_frame
+    from robo_prm.replay.captions import add_pixel_captions, differing_sentences
+
+    env = make_env("reach_tool", render_mode="rgb_array", width=96, height=96)
+    _, info = env.reset(seed=0)
+    with EpisodeWriter(tmp_path / "ep_0000", EpisodeMeta(task="reach_tool", algo="sac", seed=0)) as w:
+        w.add_frame(env.render())
+        for i in range(3):
+            *_, info = env.step(np.zeros(4, dtype=np.float32))
+            w.add_step(StepRecord(step=i, description=info["description"].text))
+            w.add_frame(env.render())
+    ep = add_pixel_captions(load_episode(tmp_path / "ep_0000"), str(tiny_model))
+    assert len(ep.pixel_captions) == ep.num_frames and all(c.startswith("The gripper is") for c in ep.pixel_captions)
+    plain = render_frame(load_episode(tmp_path / "ep_0000"), 1)
+    shown = render_frame(ep, 1)
+    assert shown.shape[0] > plain.shape[0] and shown.shape[1] == plain.shape[1]
+    assert differing_sentences("The gripper is open. The hammer lies in the middle of the table.",
+                               "The gripper is open. The hammer lies 5 cm from the front edge of the table.") == 1
+    out = tmp_path / "ep.mp4"
+    assert main(["replay", str(tmp_path / "ep_0000"), "--out", str(out), "--pixel_captions",
+                 "--perception", str(tiny_model)]) == 0 and out.stat().st_size > 0
+
+
 # ---- the shipped weights -------------------------------------------------------------------------------
 def test_shipped_weights_describe_a_frame_and_embed_shipped_goals(make_env):
     """The default pixels path needs no training and no text encoder: weights ship with the package,

@@ -170,6 +170,7 @@ class Episode:
     meta: EpisodeMeta
     frames: np.ndarray  # uint8 T×H×W×3, T = len(steps) + 1
     steps: list[StepRecord]
+    pixel_captions: list[str] | None = None  # per frame, from the perception model (replay/captions.py); not stored
 
     def __eq__(self, other: object) -> bool:  # ndarray fields break the generated __eq__
         return (

@@ -75,6 +75,23 @@ def panel_hazards(pen: Pen, y: int, info) -> int:
         y = draw.put(img, sim, x, y, s * 0.8, draw.ORANGE)
     return y
 
+def panel_captions(pen: Pen, y: int, info, pixel_caption: str) -> int:
+    """The scene text the judge read (state) over what the perception model reads off this frame (pixels), the
+    latter orange where it says something the state caption does not."""
+    from robo_prm.replay.captions import differing_sentences
+
+    state = info.step.description if info.step is not None else ""
+    y = draw.put(pen.img, "scene (state, what the judge read)", pen.x, y, pen.s * 0.8, draw.DIM)
+    for line in draw.wrap(state or "-", pen.w, pen.s * 0.8, 4):
+        y = draw.put(pen.img, line, pen.x, y, pen.s * 0.8, draw.GREY)
+    wrong = differing_sentences(state, pixel_caption) if state else 0
+    label = "scene (pixels)" + (f": {wrong} sentence{'s' * (wrong != 1)} differ" if wrong else "")
+    y = draw.put(pen.img, label, pen.x, y + 2, pen.s * 0.8, draw.ORANGE if wrong else draw.DIM)
+    for line in draw.wrap(pixel_caption or "-", pen.w, pen.s * 0.8, 4):
+        y = draw.put(pen.img, line, pen.x, y, pen.s * 0.8, draw.ORANGE if wrong else draw.GREY)
+    return y
+
+
 def panel_terms(pen: Pen, y: int, info) -> int:
     """Reward terms in small text, the total last."""
     img, x, s = pen.img, pen.x, pen.s

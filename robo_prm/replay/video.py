@@ -27,7 +27,7 @@ import numpy as np
 
 from robo_prm.replay import draw
 from robo_prm.replay.episode import Episode, StepRecord
-from robo_prm.replay.panel import Pen, panel_hazards, panel_header, panel_reason, panel_terms
+from robo_prm.replay.panel import Pen, panel_captions, panel_hazards, panel_header, panel_reason, panel_terms
 from robo_prm.types import Judgement
 
 log = logging.getLogger(__name__)
@@ -59,15 +59,15 @@ class _Layout:
         return self.scene_w, self.scene_h + self.strip_h + self.panel_h
 
     @staticmethod
-    def make(frame_hw: tuple[int, int], width: int, compact: bool) -> _Layout:
+    def make(frame_hw: tuple[int, int], width: int, compact: bool, captions: bool = False) -> _Layout:
         h, w = frame_hw
         if compact:
             sw = _even(min(width, GIF_MAX_WIDTH))
             return _Layout(sw, _even(h * sw / w), 56, sw, 176, side=False, scale=0.38)
         sw = _even(max(width, MIN_SCENE_WIDTH))
         sh = _even(h * sw / w)
-        # the panel needs ~520 px for 6 reason lines, 4 hazards and ~10 reward terms
-        return _Layout(sw, sh, 110, 420, _even(max(sh + 110, 520)), side=True, scale=0.5)
+        # the panel needs ~520 px for 6 reason lines, 4 hazards and ~10 reward terms; state + pixel captions ~190 more
+        return _Layout(sw, sh, 110, 420, _even(max(sh + 110, 520 + 190 * captions)), side=True, scale=0.5)
 
 
 @dataclass(frozen=True)
@@ -185,6 +185,8 @@ class _Renderer:
         y = panel_header(pen, title, t, self.ep.num_frames - 1, info)
         y = panel_reason(pen, y + 2, info, t)
         y = panel_hazards(pen, y + 4, info)
+        if self.ep.pixel_captions is not None and lay.side:
+            y = panel_captions(pen, y + 4, info, self.ep.pixel_captions[t])
         panel_terms(pen, y + 4, info)
         return img
 
@@ -207,7 +209,7 @@ class _Renderer:
 
 def render_frame(episode: Episode, t: int, width: int = MIN_SCENE_WIDTH, compact: bool = False) -> np.ndarray:
     """One overlay frame (RGB uint8) exactly as render_episode writes it; for previews and tests."""
-    lay = _Layout.make(episode.frames.shape[1:3], width, compact)
+    lay = _Layout.make(episode.frames.shape[1:3], width, compact, episode.pixel_captions is not None)
     return _Renderer(episode, lay).frame(t)
 
 
@@ -310,7 +312,7 @@ def render_reel(episodes: Sequence[Episode], out_path: str | Path, fps: float | 
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fps = float(fps or episodes[0].meta.fps or 20.0)
-    lay = _Layout.make(sizes.pop(), width, compact=False)
+    lay = _Layout.make(sizes.pop(), width, compact=False, captions=any(ep.pixel_captions is not None for ep in episodes))
     hold = int(round(hold_s * fps))
 
     def frames() -> Iterator[np.ndarray]:

@@ -1,0 +1,39 @@
+"""Pixel captions beside the state captions in the replay (`robo-prm replay EP --pixel_captions`): what the
+perception model reads off each recorded frame, so a user sees where describing from pixels gets a scene wrong."""
+from __future__ import annotations
+
+import dataclasses
+
+import cv2
+import numpy as np
+
+from robo_prm.replay.episode import Episode, EpisodeError
+
+
+def add_pixel_captions(ep: Episode, weights: str | None = None, task: str | None = None, batch: int = 32) -> Episode:
+    """`ep` with `pixel_captions`: the perception model (`weights`: a folder; null: the shipped one) describing each
+    frame, resized to the model's frame size. `task`: the task file when the episode's task is not a shipped one."""
+    from robo_prm.envs.task import load_task
+    from robo_prm.perception.weights import load_perception
+
+    try:
+        t = load_task(task or ep.meta.task)
+    except (FileNotFoundError, ValueError) as exc:
+        raise EpisodeError(f"--pixel_captions: cannot load the episode's task {task or ep.meta.task!r} ({exc}); "
+                           "give its file with --task") from None
+    bundle = load_perception(weights)
+    captioner = bundle.captioner(t)
+    size = captioner.size
+    frames = np.stack([cv2.resize(f, (size, size), interpolation=cv2.INTER_AREA) if f.shape[:2] != (size, size) else f
+                       for f in ep.frames])
+    texts = [d.text for i in range(0, len(frames), batch) for d in captioner.describe(frames[i:i + batch])]
+    return dataclasses.replace(ep, pixel_captions=texts)
+
+
+def differing_sentences(state: str, pixels: str) -> int:
+    """Sentences of the pixel caption the state caption does not have (the milestone line aside)."""
+    def split(text: str) -> list[str]:
+        return [s.strip() for s in text.replace("\n", " ").split(". ") if s.strip() and not s.startswith("Milestones")]
+
+    have = {s.rstrip(".") for s in split(state)}
+    return sum(s.rstrip(".") not in have for s in split(pixels))
