@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hazard_reader", default=None, help="judge.hazard_reader (null: the shipped one)")
     ap.add_argument("--model", default=None, help="judge.model: a GGUF (null: the shipped fine-tuned judge)")
     ap.add_argument("--calibrator", default=None, help="judge.transformers.calibrator (with --model: that model's)")
+    ap.add_argument("--progress_reader", default=None, help="judge.progress_reader, for the reader / reader_blend "
+                                                            "policies (null: the shipped one)")
     args = ap.parse_args(argv)
 
     import torch
@@ -61,9 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     base = make_judge(cfg)
     memo = MemoBackend(base.backend)
     policies = args.policies.split(",")
+    second = None
+    if any(p.split("+")[0] in ("reader", "reader_blend") for p in policies):
+        from robo_prm.judge import make_progress_reader
+
+        second = make_progress_reader(dataclasses.replace(cfg, fallback="reader", progress_reader=args.progress_reader))
     judges = {p: ConfidentJudge(memo, dataclasses.replace(base.cfg, fallback=p.split("+")[0],
                                                           reason_guard="+raw_reasons" not in p), base.calibrator,
-                                base.reader)
+                                base.reader, second)
               for p in policies}
     out_path = RESULTS / f"judge_any_task_{args.name}.json"
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()

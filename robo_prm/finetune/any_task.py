@@ -150,12 +150,13 @@ def judge_case(judge, case: TaskCase, reasons: int = 3) -> dict:
 
 def figures(cases: Sequence[TaskCase], records: Sequence[dict], ms: float | None) -> dict:
     """The seven figures (KEYS) pooled over cases, plus the details behind them under "_details"."""
-    vs, vr, fb, pairs, reasons = [], [], [], [], []
+    vs, vr, fb, second, pairs, reasons = [], [], [], [], [], []
     per_hazard: dict[str, tuple[list, list]] = {}  # name → (P(present) asked, truth) for AUROC
     for case, rec in zip(cases, records):
         for ep, js in zip(case.episodes, rec["judged"]):
             (vs if ep.kind == "success" else vr).append(voc([j.progress for j in js]))
             fb += [j.fallback for j in js]
+            second += [j.backend.endswith("+progress_reader") for j in js]
             for j, truth in zip(js, ep.truth):
                 for h in j.hazards:
                     if h.name in case.checked:
@@ -177,6 +178,7 @@ def figures(cases: Sequence[TaskCase], records: Sequence[dict], ms: float | None
     wrong = [{"reason": r, "scene": text, "wrong": check_reason(r, facts, text)["wrong"]} for r, facts, text in reasons
              if r is not None and not check_reason(r, facts, text)["faithful"]]
     out["_details"] = {"episodes_success": len(vs), "episodes_random": len(vr), "states": len(fb),
+                       "second_opinion_rate": float(np.mean(second)) if second else None,
                        "hazard_tp_fp_fn": [tp, fp, fn], "reasons": rf,
                        "hazard_auroc": {n: {"auroc": auroc(p, t), "positives": int(sum(t)), "n": len(t),
                                             "mean_p": float(np.mean(p))} for n, (p, t) in per_hazard.items()},
@@ -185,9 +187,10 @@ def figures(cases: Sequence[TaskCase], records: Sequence[dict], ms: float | None
 
 
 def hot_seconds(memo: MemoBackend, judge) -> float:
-    """Wall time of fresh judgements: the backend's (memo) plus the hazard reader's, where the judge has one."""
-    reader = getattr(judge, "reader", None)
-    return memo.seconds + (reader.seconds if reader is not None else 0.0)
+    """Wall time of fresh judgements: the backend's (memo) plus the hazard and progress readers', where the judge
+    has them."""
+    readers = [getattr(judge, "reader", None), getattr(judge, "second_opinion", None)]
+    return memo.seconds + sum(r.seconds for r in readers if r is not None)
 
 
 def evaluate_tasks(judge, cases: Sequence[TaskCase], reasons: int = 3, memo: MemoBackend | None = None,

@@ -12,6 +12,7 @@ from typing import Literal
 
 from robo_prm.config_flags import add_config_args, config_command, opt
 from robo_prm.finetune.hazard_reader import HazardTrainConfig
+from robo_prm.finetune.progress_reader import ProgressTrainConfig
 from robo_prm.finetune.labels import HELDOUT_TASKS, TRAIN_TASKS
 from robo_prm.finetune.lora import LoraTrainConfig
 from robo_prm.judge.config import JudgeConfig
@@ -198,6 +199,15 @@ def cmd_finetune_hazards(cfg) -> int:
     return 0
 
 
+# ---- finetune-progress -------------------------------------------------------------------
+def cmd_finetune_progress(cfg) -> int:
+    from robo_prm.finetune.progress_reader import train_progress_reader
+
+    info = train_progress_reader(cfg)
+    print(json.dumps({k: info[k] for k in ("train_labels", "heldout_labels", "seconds")} | {"last": info["history"][-1]}))
+    return 0
+
+
 # ---- evaluate-judge ----------------------------------------------------------------------
 def cmd_evaluate(args) -> int:
     if args.task:  # any task file: robo_prm/finetune/any_task.py
@@ -350,6 +360,8 @@ def add_finetune_commands(sub) -> None:
             ("distill", DistillArgs, cmd_distill, "train a MiniLM-embedding MLP to imitate the fine-tuned judge"),
             ("finetune-hazards", HazardTrainConfig, cmd_finetune_hazards,
              "train the hazard reader (hazards in words → P(present)) on labels' checked hazards"),
+            ("finetune-progress", ProgressTrainConfig, cmd_finetune_progress,
+             "train the progress reader (task + scene text → progress), the judge's second opinion (fallback reader)"),
             ("evaluate-judge", EvaluateArgs, cmd_evaluate,
              "held-out tasks/texts: VOC, hazard P/R, ECE, confidence, ms per judgement")):
         p = sub.add_parser(name, help=helptext)

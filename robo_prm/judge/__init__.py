@@ -42,6 +42,19 @@ def make_hazard_reader(cfg: JudgeConfig):
         raise ValueError(f"judge.hazard_reader: {exc} (or --judge.hazard_answerer backend)") from None
 
 
+def make_progress_reader(cfg: JudgeConfig):
+    """The progress reader the fallback policy asks for (reader, reader_blend), else None; a missing folder is a
+    one-line error here, before training starts."""
+    if cfg.fallback not in ("reader", "reader_blend"):
+        return None
+    from robo_prm.judge.progress_reader import ProgressReader
+
+    try:
+        return ProgressReader.load(cfg.progress_reader)
+    except (FileNotFoundError, ImportError, ValueError) as exc:
+        raise ValueError(f"judge.progress_reader: {exc} (or another --judge.fallback)") from None
+
+
 def make_judge(cfg: JudgeConfig | None = None) -> ConfidentJudge:
     """The judge `cfg.backend` names, wrapped in the confidence fallback to rules."""
     cfg = resolve_finetuned(cfg or JudgeConfig())
@@ -52,19 +65,19 @@ def make_judge(cfg: JudgeConfig | None = None) -> ConfidentJudge:
         calibrator = Calibrator.load(cfg.transformers.calibrator)
     if cfg.backend == "rules":
         return ConfidentJudge(None, cfg)
-    reader = make_hazard_reader(cfg)
+    reader, second = make_hazard_reader(cfg), make_progress_reader(cfg)
     if cfg.backend == "llamacpp":
         from robo_prm.judge.backends.llamacpp import LlamaCppBackend
 
-        return ConfidentJudge(LlamaCppBackend(cfg), cfg, calibrator, reader)
+        return ConfidentJudge(LlamaCppBackend(cfg), cfg, calibrator, reader, second)
     if cfg.backend == "transformers":
         from robo_prm.judge.backends.hf import TransformersBackend
 
-        return ConfidentJudge(TransformersBackend(cfg), cfg, calibrator, reader)
+        return ConfidentJudge(TransformersBackend(cfg), cfg, calibrator, reader, second)
     if cfg.backend == "openai":
         from robo_prm.judge.backends.openai import OpenAIBackend
 
-        return ConfidentJudge(OpenAIBackend(cfg), cfg, calibrator, reader)
+        return ConfidentJudge(OpenAIBackend(cfg), cfg, calibrator, reader, second)
     if cfg.backend == "distilled":
         from robo_prm.judge.backends.distilled import DistilledBackend
         from robo_prm.judge.weights import shipped_distilled
@@ -81,4 +94,4 @@ def make_judge(cfg: JudgeConfig | None = None) -> ConfidentJudge:
 
 
 __all__ = ["Backend", "ConfidentJudge", "Judge", "JudgeConfig", "OpenAIConfig", "Scored",
-           "TransformersConfig", "bundled_model_path", "make_hazard_reader", "make_judge"]
+           "TransformersConfig", "bundled_model_path", "make_hazard_reader", "make_judge", "make_progress_reader"]

@@ -3,7 +3,8 @@
 Every backend goes through it: a missing answer, a backend exception or a backend past its
 deadline (`JudgeDeadline`) → the rules judgement (Judgement.fallback=True); confidence below the
 threshold → what `JudgeConfig.fallback` says (default milestones_only: the rules only where they know
-more than success, `rules_informed`; elsewhere the LLM's own score stands, fallback=False). Fallbacks
+more than success, `rules_informed`; elsewhere the LLM's own score stands, fallback=False; reader / reader_blend:
+the progress reader, a second opinion that reads the task text, answers or shares it — not a fallback). Fallbacks
 are counted by cause in `stats()` (fallback_low_confidence, fallback_error, fallback_deadline).
 A failing backend logs one warning per outage (`OutageLog`).
 Hazards are merged here as `hazards_from` says (llm / rules / union); the hazards the model would be asked go to
@@ -69,9 +70,13 @@ class ConfidentJudge:
     """A `Judge` over a `Backend` (or over rules alone when backend is None)."""
 
     def __init__(self, backend: Backend | None, cfg: JudgeConfig | None = None,
-                 calibrator: Callable[[float], float] | None = None, reader=None):
+                 calibrator: Callable[[float], float] | None = None, reader=None, second_opinion=None):
         self.backend = backend
         self.reader = reader  # a HazardReader answers the asked hazards instead of the backend (hazard_answerer reader)
+        # a ProgressReader answers (fallback reader) or shares (reader_blend) an unconfident score instead of the rules
+        self.second_opinion = second_opinion
+        self._second = 0  # judgements whose score the progress reader gave or shared
+        self._second_down = self._second_failures = 0
         self.cfg = cfg or JudgeConfig()
         self.rules = RulesJudge()
         self.calibrator = calibrator
@@ -207,7 +212,15 @@ class ConfidentJudge:
             reason, dropped = drop_contradictions(reason, scene.facts, scene.text)
             self._guarded += bool(dropped)
         policy, threshold = self.cfg.fallback, self.cfg.confidence_threshold
-        if conf < threshold and (policy == "rules" or (policy != "none" and rules_informed(scene))):
+        other = self._second_opinion(task, scene) if conf < threshold and policy in ("reader", "reader_blend") else None
+        if other is not None:
+            w = conf / threshold if policy == "reader_blend" else 0.0
+            self._second += 1
+            return Judgement(progress=w * progress + (1.0 - w) * other, confidence=conf,
+                             hazards=merge_hazards(llm_hazards, rules.hazards, mode), reason=reason,
+                             backend=f"{self.name}+progress_reader", latency_ms=s.latency_ms)
+        if conf < threshold and (policy in ("rules", "reader", "reader_blend")  # reader: only when it failed
+                                 or (policy != "none" and rules_informed(scene))):
             fb = self._fallback(rules, mode, s.latency_ms, (conf, llm_hazards, reason))
             if policy == "blend_by_confidence":  # the LLM keeps a share c/threshold of the score
                 w = conf / threshold
@@ -215,6 +228,24 @@ class ConfidentJudge:
             return fb
         return Judgement(progress=progress, confidence=conf, hazards=merge_hazards(llm_hazards, rules.hazards, mode),
                          reason=reason, backend=self.name, latency_ms=s.latency_ms)
+
+    def _second_opinion(self, task: TaskText, scene: SceneDescription) -> float | None:
+        """The progress reader's score, or None (no reader, or it failed: logged once per outage, the rules answer)."""
+        if self.second_opinion is None:
+            return None
+        try:
+            p = float(self.second_opinion.progress(task, [scene.text])[0])
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"progress {p} outside [0, 1]")
+        except Exception as exc:  # never stop training over the second opinion
+            if not self._second_down:
+                log.warning("progress reader failed (%s: %s); the rules answer unconfident scores until it recovers",
+                            type(exc).__name__, exc)
+            self._second_down += 1
+            self._second_failures += 1
+            return None
+        self._second_down = 0
+        return p
 
     def _fallback(self, rules: Judgement, mode: str, latency_ms: float,
                   llm: tuple[float, tuple[HazardReport, ...], str | None] | None, cause: str = "low_confidence") -> Judgement:
@@ -242,11 +273,15 @@ class ConfidentJudge:
         fallback_deadline + fallback_low_confidence, errors (failed backend calls, deadlines
         included), outages (runs of failed calls; one warning each), answer_cache_hits,
         fallback_rate, mean latency_ms per scene, reasons_guarded (reasons that lost a sentence contradicting
-        the scene), hazard_reader_failures (reader calls that failed; the backend answered those hazards)."""
+        the scene), hazard_reader_failures (reader calls that failed; the backend answered those hazards),
+        second_opinions / second_opinion_rate (unconfident scores the progress reader gave or shared: not fallbacks,
+        the rules did not answer), progress_reader_failures (the rules answered those)."""
         return {"calls": self._calls, "fallbacks": self._fallbacks,
                 **{f"fallback_{c}": n for c, n in self._by_cause.items()},
                 "errors": self.outage.failures, "outages": self.outage.outages, "answer_cache_hits": self._hits,
                 "reasons_guarded": self._guarded, "hazard_reader_failures": self._reader_failures,
+                "second_opinions": self._second, "progress_reader_failures": self._second_failures,
+                "second_opinion_rate": self._second / self._calls if self._calls else 0.0,
                 "fallback_rate": self._fallbacks / self._calls if self._calls else 0.0,
                 "mean_latency_ms": self._latency_ms / self._calls if self._calls else 0.0}
 

@@ -56,11 +56,15 @@ class JudgeConfig:
     n_ctx: int = opt(2048, "llama.cpp context length, tokens")
     seed: int = opt(0, "sampling seed of the judge")
     confidence_threshold: float = opt(0.7, "below it the `fallback` policy answers instead of the LLM's own score")
-    fallback: Literal["rules", "milestones_only", "blend_by_confidence", "none"] = opt(
+    fallback: Literal["rules", "milestones_only", "blend_by_confidence", "reader", "reader_blend", "none"] = opt(
         "milestones_only", "below the confidence threshold: rules (the rules judgement, even where it knows only success); "
         "milestones_only (the rules only where they know more than success: milestones, a distance-shaped or a "
         "success state; else the LLM's score stands); blend_by_confidence (there, c/threshold·LLM + rest·rules); "
+        "reader (the progress reader's score: a small model that reads the task and scene text, "
+        "robo_prm/judge/progress_reader.py); reader_blend (c/threshold·LLM + rest·reader); "
         "none (the LLM's score always; a failed backend still gets the rules)")
+    progress_reader: str | None = opt(None, "fallback reader / reader_blend: the progress reader's folder (null: the "
+                                            "shipped robo_prm/models/progress_reader)")
     hazards_from: Literal["auto", "llm", "rules", "union"] = opt(
         "auto", "auto: the simulator's checks where a hazard has one, the LLM for hazards described only in words; "
         "union: ask the LLM about every hazard and merge with the checks; llm, rules: one source only")
