@@ -151,30 +151,9 @@ def _task_train_config(task: str | None, algo: str | None) -> str | None:
 
 
 # ---- replay ------------------------------------------------------------------------
-def _replay(episode_dir: Path, out: Path, gif: bool, summary: Path | None, fps: float | None = None, captions=None):
-    """`captions`: the ReplayArgs asking for pixel captions (None: none)."""
-    from robo_prm.replay.episode import load_episode
-    from robo_prm.replay.plots import render_summary_png
-    from robo_prm.replay.video import render_episode
-
-    ep = _with_captions(load_episode(episode_dir), captions)
-    written = render_episode(ep, out, fps=fps, gif=gif)
-    if summary:
-        written.append(render_summary_png(ep, summary))
-    return written
-
-
-def _with_captions(ep, args):
-    if args is None or not args.pixel_captions:
-        return ep
-    from robo_prm.replay.captions import add_pixel_captions
-
-    return add_pixel_captions(ep, args.perception, args.task)
-
-
 def cmd_replay(args: ReplayArgs) -> int:
-    from robo_prm.replay.episode import EpisodeError, load_episode
-    from robo_prm.replay.video import render_reel
+    from robo_prm.replay.episode import EpisodeError
+    from robo_prm.replay.files import render_files
 
     if args.fps is not None and not args.fps > 0:
         raise CliError(f"--fps must be positive, got {args.fps}")
@@ -190,15 +169,11 @@ def cmd_replay(args: ReplayArgs) -> int:
         if args.out is None:
             return 0
     out = Path(args.out)
+    if len(args.episode) > 1 and (args.gif or args.summary or out.suffix.lower() == ".gif"):
+        raise CliError("--gif, --summary and .gif take one episode; several episodes make one MP4")
     try:
-        if len(args.episode) > 1:
-            if args.gif or args.summary or out.suffix.lower() == ".gif":
-                raise CliError("--gif, --summary and .gif take one episode; several episodes make one MP4")
-            written = [render_reel([_with_captions(load_episode(Path(e)), args) for e in args.episode], out,
-                                   fps=args.fps, hold_s=1.0)]
-        else:
-            written = _replay(Path(args.episode[0]), out, args.gif, Path(args.summary) if args.summary else None, args.fps,
-                              args)
+        written = render_files([Path(e) for e in args.episode], out, args.gif, Path(args.summary) if args.summary else None,
+                               args.fps, args.pixel_captions, args.perception, args.task)
     except EpisodeError as exc:
         raise CliError(str(exc)) from None
     for p in written:
@@ -241,7 +216,9 @@ def cmd_enjoy(args: EnjoyArgs) -> int:
     for r in results:
         line = f"seed {r.seed}: success={r.success} hazard_events={r.hazard_events} steps={r.steps} → {r.path}"
         if args.replay and r.path:
-            _replay(Path(r.path), Path(r.path).with_suffix(".mp4"), gif=False, summary=None)
+            from robo_prm.replay.files import render_files
+
+            render_files([Path(r.path)], Path(r.path).with_suffix(".mp4"))
             line += f" (+ {Path(r.path).with_suffix('.mp4')})"
         print(line)
     print(json.dumps(summarize(results), indent=1))
