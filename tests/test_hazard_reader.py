@@ -155,3 +155,18 @@ def test_a_reader_outage_does_not_serve_cached_answers_without_hazards(reader):
     flaky.broken = True
     [out] = judge.judge(_task(), scene)  # the cached answer was given without hazards: the backend is asked again
     assert backend.asked == [[], ["fell", "edge"]] and {h.name for h in out.hazards} == {"fell", "edge"}
+
+
+def test_kind_thresholds_fit_per_kind_and_an_offset_moves_only_its_kind(reader, tmp_path):
+    from robo_prm.finetune.hazard_reader import fit_kind_offsets
+
+    texts = [h["text"] for h in TASK["hazards"]]
+    assert reader.kind_of(texts) == ["fell", "edge"]
+    held = read_labels(_labels(tmp_path / "l.jsonl"), split="heldout")
+    offsets, m = fit_kind_offsets(reader, held, min_positives=1)
+    assert set(offsets) == {"fell", "edge"} and m["f1"] == 1.0  # per-kind cuts keep the separation
+    assert fit_kind_offsets(reader, held, min_positives=3)[0] == {}  # too few positives: the global cut stays
+    before = reader.probabilities(texts, list(SCENES))
+    muted = HazardReader(reader.net, {**reader.info, "kind_offsets": {"fell": -50.0}}, tokens=reader.tokens)
+    after = muted.probabilities(texts, list(SCENES))
+    assert (after[:, 0] < 1e-6).all() and np.allclose(after[:, 1], before[:, 1], atol=1e-6)

