@@ -63,8 +63,9 @@ class JudgeConfig:
         "reader (the progress reader's score: a small model that reads the task and scene text, "
         "robo_prm/judge/progress_reader.py); reader_blend (c/threshold·LLM + rest·reader); "
         "none (the LLM's score always; a failed backend still gets the rules)")
-    progress_reader: str | None = opt(None, "fallback reader / reader_blend: the progress reader's folder (null: the "
-                                            "shipped robo_prm/models/progress_reader)")
+    progress_reader: str | None = opt(None, "fallback reader / reader_blend: the progress reader's folder from "
+                                            "`robo-prm finetune-progress` (none is shipped: measured no better than "
+                                            "milestones_only, docs/FINETUNE.md)")
     hazards_from: Literal["auto", "llm", "rules", "union"] = opt(
         "auto", "auto: the simulator's checks where a hazard has one, the LLM for hazards described only in words; "
         "union: ask the LLM about every hazard and merge with the checks; llm, rules: one source only")
