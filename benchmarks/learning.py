@@ -28,6 +28,7 @@ Variants (docs/LEARNING.md):
   llm_demos         the default + 50 scripted demonstrations (`--demos 50`)
   llm_curriculum    the default + curriculum of start states (`--curriculum.enabled true`)
   llm_no_novelty    the default without the count-based novelty term (`--reward.novelty none`)
+  llm_async         the default with the judge off the step path (`--reward.async true`; issue 16's sync vs async)
   clip              the blend with the frame's CLIP similarity to the goal in the LLM's place (VLM-RM, `--reward_source clip`)
   rules_demos, rules_curriculum, dense_demos, sparse_demos   the aids on the cheaper rewards
 """
@@ -57,6 +58,7 @@ VARIANTS = {
     "llm_demos": ["--demos", "50"],
     "llm_curriculum": ["--curriculum.enabled", "true"],
     "llm_no_novelty": ["--reward.novelty", "none"],
+    "llm_async": ["--reward.async", "true"],
     "rules_demos": ["--judge.backend", "rules", "--demos", "50"],
     "rules_curriculum": ["--judge.backend", "rules", "--curriculum.enabled", "true"],
     "dense_demos": ["--reward_source", "dense", "--demos", "50"],
