@@ -131,7 +131,6 @@ class Predicate:
     fn: Callable[[SceneState], object]
     objects: tuple[str, ...]  # sim names of the movable objects it mentions
     moved: tuple[str, ...] = ()  # sim names of the objects it asks `moved` about
-    goals: tuple[tuple[str, str], ...] = ()  # (object, place) of its top-level `inside` / `in_zone` conjuncts
 
     def __call__(self, state: SceneState):
         value = self.fn(state)
@@ -176,22 +175,7 @@ def compile_predicate(source: str, names: dict[str, str], want: str = "bool") ->
     moved = [_resolve(node.args[0], "obj", names, []) for node in ast.walk(tree)
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "moved"]
     return Predicate(source=source.strip(), kind=kind, fn=fn, objects=tuple(dict.fromkeys(mentioned)),
-                     moved=tuple(dict.fromkeys(moved)), goals=_goals(tree, names))
-
-
-def _goals(tree: ast.AST, names: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    """(object, place) of every `inside(obj, container)` / `in_zone(obj, place)` the expression requires: its
-    top-level and-ed calls only (one under `not` or `or` is no goal)."""
-    out, todo = [], [tree]
-    while todo:
-        node = todo.pop(0)
-        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
-            todo.extend(node.values)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("inside", "in_zone")
-              and len(node.args) == 2):
-            kinds = ("obj", "container" if node.func.id == "inside" else "place")
-            out.append(tuple(_resolve(a, k, names, []) for a, k in zip(node.args, kinds)))
-    return tuple(out)
+                     moved=tuple(dict.fromkeys(moved)))
 
 
 def _depth(tree: ast.AST) -> int:

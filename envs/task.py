@@ -236,12 +236,6 @@ class Task:
                   *self.hazard_checks.values(), *(f for f, _ in self.dense_terms)]
         return tuple(sim for sim in OBJECTS if any(sim in c.moved for c in checks if c is not None))
 
-    @cached_property
-    def goal_places(self) -> dict[str, str]:
-        """Object → the place its success requires it in (`inside` / `in_zone` in the success check): the describer
-        says how far a carried object is from it."""
-        return dict(reversed(self.success_check.goals))  # the first place named for an object wins
-
     def word(self, sim: str) -> str:
         return self.words.get(sim, sim.replace("_", " "))
 

@@ -63,10 +63,6 @@ class ObjectFacts:
     # held / lifted within NEAR_EDGE_M of an edge: distance words to it, "beyond" once past it. An edge hazard holds
     # for an object carried low near an edge, so the text has to say where a carried object is.
     edge_gap: str | None = None
-    # held / lifted, for an object the task's success wants in a place: that place and the horizontal distance words
-    # to its centre ("over" once above it) — a carried object's progress toward the bin is otherwise not in the text.
-    goal: str | None = None
-    goal_gap: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,16 +97,7 @@ def moved_words(sim: str, s: SceneState) -> str | None:
     return distance_words(d) if d >= MOVED_M else None
 
 
-def goal_words(sim: str, place: str | None, s: SceneState) -> dict:
-    """`goal` / `goal_gap` of a carried object whose success names `place`."""
-    if place is None:
-        return {}
-    xy = s.objects[sim].pos[:2]
-    gap = "over" if PLACES[place].contains_xy(xy) else distance_words(float(np.linalg.norm(xy - np.asarray(PLACES[place].center))))
-    return {"goal": place, "goal_gap": gap}
-
-
-def object_facts(sim: str, s: SceneState, watch_moved: bool = False, goal: str | None = None) -> ObjectFacts:
+def object_facts(sim: str, s: SceneState, watch_moved: bool = False) -> ObjectFacts:
     o = s.objects[sim]
     upright = bool(o.up[2] > 0.9) if OBJECT_KIND[sim] == "fragile" else True
     moving = float(np.linalg.norm(o.vel)) > MOVING_MS
@@ -119,16 +106,14 @@ def object_facts(sim: str, s: SceneState, watch_moved: bool = False, goal: str |
     d, edge = edge_distance_xy(p[:2])
     over = {"edge": edge, "edge_gap": "beyond" if d < 0 else distance_words(d)} if d < NEAR_EDGE_M else {}
     if o.fingers_touching >= 2:
-        return ObjectFacts(place="held", bucket=distance_words(p[2] - TABLE_TOP_Z), **over, **goal_words(sim, goal, s),
-                           **common)
+        return ObjectFacts(place="held", bucket=distance_words(p[2] - TABLE_TOP_Z), **over, **common)
     if not (p[2] > TABLE_TOP_Z - 0.01 and edge_distance_xy(p[:2])[0] > 0):
         return ObjectFacts(place="fallen", **common)
     for c in CONTAINERS:
         if PLACES[c].contains_xy(p[:2]) and p[2] < TABLE_TOP_Z + 0.1:
             return ObjectFacts(place="in", container=c, **common)
     if p[2] > TABLE_TOP_Z + 0.06:
-        return ObjectFacts(place="lifted", bucket=distance_words(p[2] - TABLE_TOP_Z), **over, **goal_words(sim, goal, s),
-                           **common)
+        return ObjectFacts(place="lifted", bucket=distance_words(p[2] - TABLE_TOP_Z), **over, **common)
     if d < NEAR_EDGE_M:
         return ObjectFacts(place="near_edge", edge=edge, bucket=distance_words(d), **common)
     if PLACES["middle"].contains_xy(p[:2]):
@@ -139,11 +124,9 @@ def object_facts(sim: str, s: SceneState, watch_moved: bool = False, goal: str |
 
 
 def scene_facts(movable: tuple[str, ...], s: SceneState, milestones: tuple[int, int] | None = None,
-                moved: tuple[str, ...] = (), goals: dict[str, str] | None = None) -> SceneFacts:
+                moved: tuple[str, ...] = ()) -> SceneFacts:
     """The facts of a state for a task's objects; `milestones` = (reached, total) or None; `moved`: the objects
-    whose distance from their reset pose is a fact (Task.moved_objects); `goals`: object → the place its success
-    wants it in (Task.goal_places)."""
+    whose distance from their reset pose is a fact (Task.moved_objects)."""
     reached, total = milestones if milestones is not None else (None, None)
-    goals = goals or {}
-    objects = tuple(object_facts(sim, s, sim in moved, goals.get(sim)) for sim in movable)
+    objects = tuple(object_facts(sim, s, sim in moved) for sim in movable)
     return SceneFacts(gripper_facts(movable, s), objects, reached, total)

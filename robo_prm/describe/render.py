@@ -70,10 +70,6 @@ def _object(o: ObjectFacts, word, facts: list[str]) -> str:
     if o.edge_gap is not None:  # a held / lifted object near an edge (near_edge objects say it in their sentence)
         facts.append(f"over_edge({w}, {o.edge})")
         sentence += f", out past the {edge}" if o.edge_gap == "beyond" else f", {fields['from_edge']}"
-    if o.goal_gap is not None:  # a carried object's way to the place its task wants it in
-        goal = word(o.goal)
-        facts.append(f"over({w}, {goal})" if o.goal_gap == "over" else f"distance({w}, {goal}) = {o.goal_gap}")
-        sentence += f", over the {goal}" if o.goal_gap == "over" else f", {o.goal_gap} from the {goal}"
     return f"{sentence}.{extra}"
 
 
