@@ -24,16 +24,24 @@ from robo_prm.config_flags import opt
 
 
 @dataclass
-class HazardTrainConfig:
-    labels: str = opt(help="label JSONL (train split trains, heldout split sets the threshold)")
+class ReaderTrainConfig:
+    """What every reader's training takes (the hazard reader here, the progress reader in progress_reader.py)."""
+
+    labels: str = opt(help="label JSONL (the train split trains, the heldout split is held out)")
     out: str = opt(help="reader folder (reader.json + reader.safetensors)")
-    epochs: int = opt(12, min=1, help="passes over the training pairs")
-    batch_size: int = opt(128, min=1, help="pairs per step")
-    lr: float = opt(1e-3, "peak learning rate (AdamW, cosine decay)")
+    epochs: int = opt(12, min=1, help="passes over the training rows")
+    batch_size: int = opt(128, min=1, help="rows per step")
+    lr: float = opt(1e-3, "peak learning rate (AdamW, one-cycle)")
     dim: int = opt(128, min=8, help="width of the reader's layers")
     layers: int = opt(2, min=1, help="encoder layers")
     seed: int = opt(0, "seed of the initialisation and the batches")
     threads: int = opt(1, min=1, help="torch threads")
+
+
+@dataclass
+class HazardTrainConfig(ReaderTrainConfig):
+    """The heldout split also sets the decision threshold."""
+
     paraphrase: bool = opt(True, "also ask each generated hazard in other words (configs/reader/paraphrases.yaml)")
     kinds: bool = opt(True, "give the reader the hazard's similarity to each known hazard kind (KindBank)")
     word_dropout: float = opt(0.25, min=0.0, max=0.9, help="share of a hazard's tokens hidden in training (leans "
@@ -202,7 +210,17 @@ def per_hazard(names: list[str], p: np.ndarray, y: np.ndarray, threshold: float 
     return out
 
 
-def _scores(net, hz_states, sc_states, kinds=None, batch: int = 512) -> np.ndarray:
+def optimiser(net, cfg: ReaderTrainConfig, rows: int):
+    """AdamW with a one-cycle schedule over cfg.epochs passes of `rows` rows."""
+    import torch
+
+    opt_ = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=0.01)
+    steps = cfg.epochs * ((rows + cfg.batch_size - 1) // cfg.batch_size)
+    return opt_, torch.optim.lr_scheduler.OneCycleLR(opt_, max_lr=cfg.lr, total_steps=steps, pct_start=0.1)
+
+
+def net_probabilities(net, first, second, kinds=None, batch: int = 512) -> np.ndarray:
+    """sigmoid(net) over (first, second) token-state pairs (hazard or task words, scene), in eval mode."""
     import torch
 
     from robo_prm.judge.hazard_reader import pad
@@ -210,11 +228,11 @@ def _scores(net, hz_states, sc_states, kinds=None, batch: int = 512) -> np.ndarr
     net.eval()
     out = []
     with torch.no_grad():
-        for i in range(0, len(hz_states), batch):
-            h, hm = pad(hz_states[i:i + batch])
-            s, sm = pad(sc_states[i:i + batch])
-            out.append(torch.sigmoid(net(h, hm, s, sm, None if kinds is None else kinds[i:i + batch])).numpy())
-    return np.concatenate(out)
+        for i in range(0, len(first), batch):
+            a, am = pad(first[i:i + batch])
+            b, bm = pad(second[i:i + batch])
+            out.append(torch.sigmoid(net(a, am, b, bm, None if kinds is None else kinds[i:i + batch])).numpy())
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
 
 def train_reader(cfg: HazardTrainConfig, echo=print) -> dict:
@@ -245,9 +263,7 @@ def train_reader(cfg: HazardTrainConfig, echo=print) -> dict:
     tr_k = kinds(train_h) if kinds else None
     he_k = kinds(held_h) if kinds and len(held_y) else None
     net = ReaderNet(in_dim=tr_h[0].shape[-1], dim=cfg.dim, layers=cfg.layers, kinds=len(bank) if bank else 0)
-    opt_ = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=0.01)
-    steps = cfg.epochs * ((len(train_y) + cfg.batch_size - 1) // cfg.batch_size)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt_, max_lr=cfg.lr, total_steps=steps, pct_start=0.1)
+    opt_, sched = optimiser(net, cfg, len(train_y))
     pos_weight = torch.tensor(float((1 - train_y).sum() / max(train_y.sum(), 1)))
     rng = random.Random(cfg.seed)
     for epoch in range(cfg.epochs):
@@ -269,10 +285,10 @@ def train_reader(cfg: HazardTrainConfig, echo=print) -> dict:
             sched.step()
             total += float(loss.detach()) * len(idx)
         if len(held_y):
-            _, m = best_threshold(_scores(net, he_h, he_s, he_k), held_y)
+            _, m = best_threshold(net_probabilities(net, he_h, he_s, he_k), held_y)
             echo(f"epoch {epoch + 1}: loss {total / len(train_y):.4f}, held-out best F1 {m['f1']:.3f} "
                  f"(P {m['precision']:.3f} R {m['recall']:.3f})")
-    held_p = _scores(net, he_h, he_s, he_k) if len(held_y) else np.zeros(0)
+    held_p = net_probabilities(net, he_h, he_s, he_k) if len(held_y) else np.zeros(0)
     threshold, held = best_threshold(held_p, held_y) if len(held_y) else (0.5, {})
     with torch.no_grad():  # fold the threshold into the bias: P >= 0.5 now means "above the threshold"
         net.head.bias -= logit(threshold)

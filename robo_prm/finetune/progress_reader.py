@@ -17,19 +17,15 @@ from pathlib import Path
 import numpy as np
 
 from robo_prm.config_flags import opt
+from robo_prm.finetune.hazard_reader import ReaderTrainConfig, net_probabilities, optimiser
 
 
 @dataclass
-class ProgressTrainConfig:
-    labels: str = opt(help="label JSONL (train split trains, heldout split is reported)")
-    out: str = opt(help="reader folder (reader.json + reader.safetensors)")
+class ProgressTrainConfig(ReaderTrainConfig):
+    """The heldout split is reported after every epoch."""
+
     epochs: int = opt(4, min=1, help="passes over the training labels")
     batch_size: int = opt(64, min=1, help="labels per step")
-    lr: float = opt(1e-3, "peak learning rate (AdamW, one-cycle)")
-    dim: int = opt(128, min=8, help="width of the reader's layers")
-    layers: int = opt(2, min=1, help="encoder layers")
-    seed: int = opt(0, "seed of the initialisation and the batches")
-    threads: int = opt(1, min=1, help="torch threads")
 
 
 def rows(labels) -> tuple[list[str], list[str], np.ndarray]:
@@ -57,19 +53,6 @@ def episode_voc(labels, progress: np.ndarray) -> dict[str, dict]:
     return {s: {"voc": float(np.mean(v)), "episodes": len(v)} for s, v in sorted(by_source.items())}
 
 
-def _predict(net, tasks, scenes, batch: int = 256) -> np.ndarray:
-    import torch
-
-    from robo_prm.judge.hazard_reader import pad
-
-    net.eval()
-    out = []
-    with torch.no_grad():
-        for i in range(0, len(tasks), batch):
-            a, am = pad(tasks[i:i + batch])
-            b, bm = pad(scenes[i:i + batch])
-            out.append(torch.sigmoid(net(a, am, b, bm)).numpy())
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
 
 def train_progress_reader(cfg: ProgressTrainConfig, echo=print) -> dict:
@@ -94,9 +77,7 @@ def train_progress_reader(cfg: ProgressTrainConfig, echo=print) -> dict:
     TT, TS, HT, HS = tokens(tr_t), tokens(tr_s), tokens(he_t), tokens(he_s)
     echo(f"{len(tr_y)} training labels, {len(he_y)} held-out; MiniLM token states in {time.perf_counter() - t0:.0f} s")
     net = ReaderNet(in_dim=TT[0].shape[-1], dim=cfg.dim, layers=cfg.layers)
-    opt_ = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=0.01)
-    steps = cfg.epochs * ((len(tr_y) + cfg.batch_size - 1) // cfg.batch_size)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt_, max_lr=cfg.lr, total_steps=steps, pct_start=0.1)
+    opt_, sched = optimiser(net, cfg, len(tr_y))
     rng = random.Random(cfg.seed)
     history = []
     for epoch in range(cfg.epochs):
@@ -113,7 +94,7 @@ def train_progress_reader(cfg: ProgressTrainConfig, echo=print) -> dict:
             total += float(loss.detach()) * len(idx)
         row = {"epoch": epoch + 1, "loss": total / len(tr_y)}
         if len(he_y):
-            p = _predict(net, HT, HS)
+            p = net_probabilities(net, HT, HS)
             row.update(heldout_mae=float(np.abs(p - he_y).mean()), heldout_voc=episode_voc(held_labels, p))
         history.append(row)
         echo(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))

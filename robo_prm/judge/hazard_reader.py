@@ -151,6 +151,36 @@ def strip_milestones(scene: str) -> str:
     return scene[:i].rstrip() if i >= 0 else scene
 
 
+def load_net_folder(folder: str | Path, what: str, command: str, kind: str | None = None) -> tuple[ReaderNet, dict]:
+    """A reader folder (reader.json + reader.safetensors) → (net, info); one-line errors naming the file.
+    `kind`: the value reader.json's "kind" must have (None: any)."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    meta_path, weights = folder / "reader.json", folder / "reader.safetensors"
+    for p in (meta_path, weights):
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no {what} there (train one with `robo-prm {command}`)")
+    try:
+        info = json.loads(meta_path.read_text())
+        if kind is not None and info.get("kind") != kind:
+            raise ValueError(f"reader.json does not say kind: {kind}")
+        net = ReaderNet(**info["net"])
+        net.load_state_dict(load_file(str(weights)))
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"{folder}: not a {what} this version can load ({exc})") from None
+    return net, info
+
+
+def save_net_folder(net: ReaderNet, folder: str | Path, info: dict) -> None:
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(folder / "reader.safetensors"))
+    (folder / "reader.json").write_text(json.dumps({"net": net.config, **info}, indent=1))
+
+
 class HazardReader:
     """P(hazard holds) for (hazard text, scene text) pairs; `folder` holds reader.json + reader.safetensors."""
 
@@ -168,28 +198,11 @@ class HazardReader:
 
     @classmethod
     def load(cls, folder: str | Path | None = None) -> "HazardReader":
-        from safetensors.torch import load_file
-
-        folder = Path(folder) if folder else shipped_reader_folder()
-        meta_path, weights = folder / "reader.json", folder / "reader.safetensors"
-        for p in (meta_path, weights):
-            if not p.exists():
-                raise FileNotFoundError(f"{p}: no hazard reader there (train one with `robo-prm finetune-hazards`)")
-        try:
-            info = json.loads(meta_path.read_text())
-            net = ReaderNet(**info["net"])
-            net.load_state_dict(load_file(str(weights)))
-        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-            raise ValueError(f"{folder}: not a hazard reader this version can load ({exc})") from None
+        net, info = load_net_folder(folder or shipped_reader_folder(), "hazard reader", "finetune-hazards")
         return cls(net, info)
 
     def save(self, folder: str | Path, info: dict) -> None:
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in self.net.state_dict().items()}, str(folder / "reader.safetensors"))
-        (folder / "reader.json").write_text(json.dumps({"net": self.net.config, **info}, indent=1))
+        save_net_folder(self.net, folder, info)
 
     @torch.no_grad()
     def logits(self, hazards: Sequence[str], scenes: Sequence[str], batch: int = 256,

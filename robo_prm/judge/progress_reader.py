@@ -9,7 +9,6 @@ docs/BENCHMARKS.md. The milestone line is stripped: a file without milestones ha
 """
 from __future__ import annotations
 
-import json
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from robo_prm.judge.hazard_reader import ReaderNet, TokenStates, pad, strip_milestones
+from robo_prm.judge.hazard_reader import ReaderNet, TokenStates, load_net_folder, pad, save_net_folder, strip_milestones
 from robo_prm.judge.weights import models_dir
 from robo_prm.types import TaskText
 
@@ -44,30 +43,12 @@ class ProgressReader:
 
     @classmethod
     def load(cls, folder: str | Path | None = None) -> "ProgressReader":
-        from safetensors.torch import load_file
-
-        folder = Path(folder) if folder else shipped_progress_reader_folder()
-        meta_path, weights = folder / "reader.json", folder / "reader.safetensors"
-        for p in (meta_path, weights):
-            if not p.exists():
-                raise FileNotFoundError(f"{p}: no progress reader there (train one with `robo-prm finetune-progress`)")
-        try:
-            info = json.loads(meta_path.read_text())
-            if info.get("kind") != "progress":
-                raise ValueError("reader.json does not say kind: progress")
-            net = ReaderNet(**info["net"])
-            net.load_state_dict(load_file(str(weights)))
-        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-            raise ValueError(f"{folder}: not a progress reader this version can load ({exc})") from None
+        net, info = load_net_folder(folder or shipped_progress_reader_folder(), "progress reader", "finetune-progress",
+                                    kind="progress")
         return cls(net, info)
 
     def save(self, folder: str | Path, info: dict) -> None:
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in self.net.state_dict().items()}, str(folder / "reader.safetensors"))
-        (folder / "reader.json").write_text(json.dumps({"kind": "progress", "net": self.net.config, **info}, indent=1))
+        save_net_folder(self.net, folder, {"kind": "progress", **info})
 
     @torch.no_grad()
     def logits(self, tasks: Sequence[str], scenes: Sequence[str], batch: int = 256) -> np.ndarray:
