@@ -26,6 +26,18 @@ from robo_prm.envs.scene import (
 from robo_prm.envs.state import SceneState, snapshot
 from robo_prm.envs.task import Task, load_task
 
+def load_triton_before_egl() -> None:
+    """Import triton (if installed) before MuJoCo makes its first EGL context.
+
+    torch's CUDA build ships triton, whose bundled LLVM clashes with the one Mesa's llvmpipe loads for headless
+    EGL: `import triton` after a context exists segfaults (transformers reaches it through torch._dynamo when it
+    loads MiniLM). Imported first, both work and frames are unchanged (checked pixel for pixel)."""
+    try:
+        import triton  # noqa: F401
+    except Exception:  # noqa: BLE001 - no triton (a CPU torch) or a broken one: nothing to order
+        pass
+
+
 # A fixed camera in front of the table, looking back at the robot: the front edge is nearest.
 CAMERA = {"distance": 1.05, "azimuth": 180.0, "elevation": -42.0, "lookat": np.array([1.30, 0.75, 0.42])}
 REWARD_MODES = ("sparse", "dense")
@@ -93,6 +105,8 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
         self._steps = 0
         self._state: SceneState | None = None
         self._start_pos: dict[str, np.ndarray] = {}  # each object's origin at reset: `moved` measures from here
+        if render_mode is not None:
+            load_triton_before_egl()
         MujocoFetchEnv.__init__(
             self,
             model_path=scene_xml_path(self.task.spec.scene),

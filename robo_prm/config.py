@@ -60,7 +60,8 @@ class TrainConfig:
     steps: int = opt(10_000, "total env steps", min=1)
     seed: int = opt(0, "seed of the envs (env k: seed + k) and the learner")
     n_envs: int = opt(1, "parallel envs", min=1, max=256)
-    device: str = opt("cpu", "torch device")
+    device: str = opt("cpu", "torch device of the policy: cpu, cuda, cuda:1, or auto (a GPU where there is one, as "
+                             "SB3 picks; small MLP policies often train as fast on the CPU)")
     torch_threads: int = opt(1, min=1, help="torch threads (1 whenever a judge or env workers share the cores)")
     reward_source: Literal["blend", "env", "dense", "her", "clip"] = opt(
         "blend", "blend: the LLM reward; env (sparse success), dense (hand-written), her (sparse, goal-conditioned "

@@ -214,3 +214,19 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="shape"):
         env.step(np.zeros(3))
     env.close()
+
+
+def test_rendering_then_loading_torch_dynamo_does_not_crash():
+    """torch's CUDA build ships triton, whose LLVM clashes with Mesa's under EGL once a context exists (a
+    segfault when transformers later reaches torch._dynamo): the env loads triton before its first context.
+    In a child process, so a crash fails this test instead of the suite."""
+    import subprocess
+    import sys
+
+    code = ("from robo_prm.envs.tidy_env import TidyTableEnv\n"
+            "env = TidyTableEnv('reach_tool', render_mode='rgb_array', width=32, height=32)\n"
+            "env.reset(seed=0); assert env.render().mean() > 0\n"
+            "import torch._dynamo\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]

@@ -106,7 +106,7 @@ def cmd_goal_sim(args: GoalSimArgs) -> int:
 
     try:
         clip = make_clip(args.clip)
-    except ImportError as exc:  # open_clip (or the MiniLM text tower) not installed: one line, not a traceback
+    except (ImportError, FileNotFoundError) as exc:  # the MiniLM text tower not installed, a missing checkpoint
         raise SystemExit(f"robo-prm: error: {exc}") from None
     size = clip.net.cfg.size if hasattr(clip, "net") else 224
     task = load_task(args.task)

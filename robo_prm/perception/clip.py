@@ -127,11 +127,8 @@ class OpenClip:
     """A pretrained open_clip model from disk, with frames as input (uint8 (B,H,W,3))."""
 
     def __init__(self, arch: str, weights: str | None):
-        try:
-            import open_clip
-        except ImportError:
-            raise ImportError(f"--clip.arch {arch} needs the package 'open_clip_torch' (pip install open_clip_torch; "
-                              "it brings torchvision and timm)") from None
+        import open_clip  # a dependency; imported here only: it loads torchvision, which plain describing never needs
+
         if weights and not Path(weights).exists():
             raise FileNotFoundError(f"{weights}: no such open_clip checkpoint")
         self.model, _, self.preprocess = open_clip.create_model_and_transforms(arch, pretrained=weights)

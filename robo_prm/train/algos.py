@@ -71,7 +71,7 @@ def load_weights(cfg: TrainConfig, env, path: Path) -> BaseAlgorithm:
     try:
         with zipfile.ZipFile(path) as archive:
             raw = archive.read("policy.pth")
-        weights = torch.load(io.BytesIO(raw), map_location=cfg.device, weights_only=True)
+        weights = torch.load(io.BytesIO(raw), map_location=model.device, weights_only=True)  # 'auto' resolved
     except (OSError, zipfile.BadZipFile, KeyError, EOFError) as exc:
         raise ConfigError(f"{path}: not a readable SB3 model ({str(exc).splitlines()[0]})") from None
     except pickle.UnpicklingError:
