@@ -26,6 +26,7 @@ from robo_prm.envs.scene import (
 from robo_prm.envs.state import SceneState, snapshot
 from robo_prm.envs.task import Task, load_task
 
+
 def load_triton_before_egl() -> None:
     """Import triton (if installed) before MuJoCo makes its first EGL context.
 

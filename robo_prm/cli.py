@@ -172,7 +172,7 @@ def cmd_replay(args: ReplayArgs) -> int:
     if len(args.episode) > 1 and (args.gif or args.summary or out.suffix.lower() == ".gif"):
         raise CliError("--gif, --summary and .gif take one episode; several episodes make one MP4")
     try:
-        written = render_files([Path(e) for e in args.episode], out, args.gif, Path(args.summary) if args.summary else None,
+        written = render_files(args.episode, out, args.gif, Path(args.summary) if args.summary else None,
                                args.fps, args.pixel_captions, args.perception, args.task)
     except EpisodeError as exc:
         raise CliError(str(exc)) from None

@@ -313,15 +313,14 @@ def refit_kind_thresholds(cfg: HazardTrainConfig, echo=print) -> dict:
     import json
 
     from robo_prm.finetune.labels import read_labels
-    from robo_prm.judge.hazard_reader import HazardReader
+    from robo_prm.judge.hazard_reader import HazardReader, save_net_folder
 
     reader = HazardReader.load(cfg.out)
     if reader.kinds is None:
         raise ValueError(f"{cfg.out}: this reader has no hazard kinds (trained with --kinds false): nothing to fit")
     offsets, held = fit_kind_offsets(reader, read_labels(cfg.labels, split="heldout"), cfg.min_kind_positives)
-    meta = Path(cfg.out) / "reader.json"
-    info = json.loads(meta.read_text())
+    info = {k: v for k, v in reader.info.items() if k != "net"}  # reader.json as loaded; save writes "net" again
     info.update(kind_offsets=offsets, heldout_at_kind_thresholds=held, kind_thresholds_labels=str(cfg.labels))
-    meta.write_text(json.dumps(info, indent=1))
-    echo(f"{meta}: kind offsets {json.dumps({k: round(v, 2) for k, v in offsets.items()})}")
+    save_net_folder(reader.net, cfg.out, info)
+    echo(f"{cfg.out}: kind offsets {json.dumps({k: round(v, 2) for k, v in offsets.items()})}")
     return info

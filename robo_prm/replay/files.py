@@ -17,7 +17,7 @@ def with_pixel_captions(ep: Episode, pixel_captions: bool, perception: str | Non
     return add_pixel_captions(ep, perception, task)
 
 
-def render_files(episodes: Sequence[Path], out: Path, gif: bool = False, summary: Path | None = None,
+def render_files(episodes: Sequence[str | Path], out: Path, gif: bool = False, summary: Path | None = None,
                  fps: float | None = None, pixel_captions: bool = False, perception: str | None = None,
                  task: str | None = None) -> list[Path]:
     """One episode: its video (+ GIF, + summary PNG); several: one reel MP4. Returns the paths written."""
