@@ -54,6 +54,28 @@ class CurriculumConfig:
 
 
 @dataclass
+class DemoBCConfig:
+    """Behaviour cloning from the demonstrations (SAC with demos > 0; robo_prm/train/bc.py, docs/LEARNING.md).
+    `pretrain_steps` > 0 switches it on; the other fields are its settings (defaults: measured on place_cup_in_bin)."""
+
+    pretrain_steps: int = opt(0, min=0, help="fit the actor to the demos for N gradient steps before learning, with its "
+                                             "inputs standardised by the demos' statistics (0: off)")
+    std: float = opt(0.3, gt=0.0, help="exploration width (pre-tanh σ) the cloned actor starts with")
+    weight: float = opt(10.0, min=0.0, help="after each SAC update, an actor step on this weight × the Q-filtered "
+                                            "behaviour-cloning loss on a demo batch (0: none)")
+    critic_warmup: int = opt(2_000, min=0, help="env steps after learning_starts during which SAC updates the critic only "
+                                                "and the cloned actor is held still")
+    learning_starts: int = opt(1_000, min=0, help="SAC's learning_starts when cloning (replaces sac.learning_starts: "
+                                                  "the clone could act from step 0)")
+    ent_coef: str = opt("auto_0.01", "SAC's ent_coef when cloning (replaces sac.ent_coef): a small starting entropy "
+                                     "bonus, so SAC's entropy term does not pull the clone's actions off the box edges")
+
+    @property
+    def enabled(self) -> bool:
+        return self.pretrain_steps > 0
+
+
+@dataclass
 class TrainConfig:
     task: str = opt("reach_tool", "shipped task name or path to a task YAML")
     algo: Literal["sac", "ppo"] = opt("sac", "the SB3 algorithm")
@@ -76,6 +98,7 @@ class TrainConfig:
                                     "before learning and keep them in a demo buffer that is never overwritten")
     demo_ratio: float | None = opt(0.25, min=0.0, max=1.0, help="share of every SAC batch drawn from the demos (null: in "
                                                                 "proportion to their count, as if kept in the replay buffer)")
+    demo_bc: DemoBCConfig = opt(factory=DemoBCConfig, help="behaviour cloning from the demos")
     curriculum: CurriculumConfig = opt(factory=CurriculumConfig, help="start states near the goal first")
     checkpoint_every: int = opt(5_000, min=0, help="save a checkpoint every n env steps")
     keep_checkpoints: int = opt(2, min=1, help="keep the newest k checkpoints (at least 1); only the newest keeps its replay buffer")
@@ -104,6 +127,8 @@ class TrainConfig:
             raise ConfigError(f"reward_source: her needs algo sac (HerReplayBuffer is off-policy), got algo {self.algo}")
         if self.demos and self.algo != "sac":
             raise ConfigError(f"demos: needs algo sac (a replay buffer to keep them in), got algo {self.algo}")
+        if self.demo_bc.enabled and not self.demos:
+            raise ConfigError("demo_bc: clones the demonstrations: needs demos > 0")
         if self.demos and self.reward_source == "her":
             raise ConfigError("demos: not with reward_source her (HerReplayBuffer keeps whole episodes of its own)")
         if self.judge.backend == "clip" and not (self.describe.source == "pixels" and self.describe.goal_similarity):

@@ -14,6 +14,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from robo_prm.config import TrainConfig
 from robo_prm.config_io import ConfigError
 from robo_prm.reward.relabel import relabel_kwargs
+from robo_prm.train.bc import StandardizedObs
 from robo_prm.train.demos import demo_buffer_class
 
 ALGOS = {"sac": SAC, "ppo": PPO}
@@ -29,7 +30,11 @@ def algo_kwargs(cfg: TrainConfig) -> dict:
     config's `sac:` / `ppo:` section (one place)."""
     if cfg.algo == "ppo":
         return {**DEFAULTS["ppo"], **cfg.ppo}
-    return {**DEFAULTS["sac"], "gradient_steps": max(1, round(cfg.updates_per_step * cfg.n_envs)), **cfg.sac}
+    out = {**DEFAULTS["sac"], "gradient_steps": max(1, round(cfg.updates_per_step * cfg.n_envs)), **cfg.sac}
+    if cfg.demos and cfg.demo_bc.enabled:  # the clone needs standardised inputs (train/bc.py)
+        out.update(learning_starts=cfg.demo_bc.learning_starts, ent_coef=cfg.demo_bc.ent_coef)
+        out["policy_kwargs"] = {"features_extractor_class": StandardizedObs, **(out.get("policy_kwargs") or {})}
+    return out
 
 
 def buffer_kwargs(cfg: TrainConfig) -> dict:

@@ -35,6 +35,7 @@ from robo_prm.reward.relabel import RelabelCallback
 from robo_prm.train.algos import algo_kwargs, load_algo, load_weights, make_algo
 from robo_prm.train.callbacks import ProgressBar, RewardLogger
 from robo_prm.train.curriculum import DONE, CurriculumCallback
+from robo_prm.train.bc import DemoBCCallback, clone_actor, standardize_inputs
 from robo_prm.train.demos import collect_demos
 from robo_prm.train.checkpoints import (MODEL, CheckpointEvery, clean_stale, latest_checkpoint, load_replay_buffer, read_state,
                                         save_checkpoint, set_rng_state)
@@ -119,7 +120,8 @@ def _build(cfg: TrainConfig, run_dir: Path):
 def _callbacks(cfg: TrainConfig, task, run_dir: Path, run: str, start_episode: int, resumed: dict | None = None) -> dict:
     """The training callbacks by role; checkpoints carry the recorder's episode counter and the curriculum's width
     (`resumed`: the state.json of the checkpoint a resumed run starts from)."""
-    cb = {"stats": RewardLogger(), "eval": EvalEvery(task, cfg, run_dir / "eval", run), "recorder": None, "curriculum": None}
+    cb = {"stats": RewardLogger(), "eval": EvalEvery(task, cfg, run_dir / "eval", run), "recorder": None, "curriculum": None,
+          "bc": DemoBCCallback(cfg.demo_bc.weight, cfg.demo_bc.critic_warmup) if cfg.demo_bc.enabled else None}
     if cfg.record.every_episodes > 0:
         cb["recorder"] = EpisodeRecorder(run_dir / "episodes", task, cfg.record.every_episodes, run, cfg.algo, cfg.record.explain,
                                          start_episode)
@@ -145,7 +147,7 @@ def _learn(model, cfg: TrainConfig, task, venv, run_dir: Path, run: str, start_e
     stats, evaluator = cb["stats"], cb["eval"]
     for c in extra:
         c.evaluator = evaluator  # they run after it in the same step and may read its history
-    callbacks = [c for c in (RelabelCallback(), stats, cb["curriculum"], cb["ckpt"], evaluator, cb["recorder"], *extra)
+    callbacks = [c for c in (RelabelCallback(), stats, cb["bc"], cb["curriculum"], cb["ckpt"], evaluator, cb["recorder"], *extra)
                  if c is not None]
     if cfg.progress_bar:
         callbacks.append(ProgressBar(cfg.steps, stats))
@@ -224,6 +226,9 @@ def add_demos(model, venv, cfg: TrainConfig, run_dir: Path) -> dict:
     t0 = time.time()
     rows, stats = collect_demos(venv, cfg.demos)
     model.replay_buffer.add_demos(rows)
+    if cfg.demo_bc.enabled:
+        standardize_inputs(model)
+        stats.update(clone_actor(model, cfg.demo_bc.pretrain_steps, cfg.demo_bc.std))
     stats["demo_wall_s"] = round(time.time() - t0, 2)
     (run_dir / "demos.json").write_text(json.dumps(stats, indent=1))
     log.info("demos: %s", stats)

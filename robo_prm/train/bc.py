@@ -1,0 +1,128 @@
+"""Behaviour cloning from the demo store: the demonstrations used as a policy, not only as replay rows.
+
+Kept as rows alone (train/demos.py), 50 scripted episodes barely move SAC on place_cup_in_bin: the critic has to
+learn their value before the actor follows them, and SAC's first `learning_starts` steps act at random. Two aids
+fix that, both from the demonstrations' actions and both outside SAC's own training loop:
+
+* `StandardizedObs`: the policy's and critics' inputs standardised with the demos' statistics. The observation
+  mixes table-scale positions with centimetre offsets and constant slots; unscaled, the same 4k-step clone of
+  place_cup_in_bin's expert succeeds in 7 % of episodes, standardised in 97 % (measured in docs/BENCHMARKS.md).
+  The statistics are buffers of the features extractor, so they are saved in policy.pth and a loaded policy
+  reads observations the same way.
+* `clone_actor` (`demo_bc.pretrain_steps`): before learning, the actor is fitted to the demos by maximum
+  likelihood of its Gaussian in pre-tanh space: mean → atanh of the demo action (clipped to ±`SQUASH_CLIP`, so
+  a saturated action stays finite), log-σ → `demo_bc.std` (a fixed exploration width: the residual of a scripted
+  expert is ~0, and a collapsed σ leaves SAC nothing to explore with). The cloned actor then acts from step 0.
+* `DemoBCCallback` (`demo_bc.weight`): after every SAC update, one actor step on the Q-filtered behaviour-cloning
+  loss of Nair et al. (2018, "Overcoming Exploration in RL with Demonstrations"): on a batch of demo rows,
+  ‖π(s) − a_demo‖² where the critic rates the demo's action above the actor's, so the pull toward the demos
+  switches itself off where the agent has found better. Its share of demo rows that passed the filter is
+  logged (`train/bc_q_filter_pass`), with the loss (`train/bc_loss`).
+"""
+from __future__ import annotations
+
+import logging
+
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.preprocessing import get_flattened_obs_dim
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+log = logging.getLogger(__name__)
+
+SQUASH_CLIP = 0.97  # atanh(0.97) ≈ 2.09: a demo action at the bound becomes a finite pre-tanh target
+MIN_STD = 0.05  # floor of a slot's scale: a slot the demos never move (an absent object) is not blown up
+
+
+class StandardizedObs(BaseFeaturesExtractor):
+    """Flattened observation, (x − mean) / std; the identity until `standardize_inputs` sets the statistics."""
+
+    def __init__(self, observation_space: spaces.Space):
+        super().__init__(observation_space, get_flattened_obs_dim(observation_space))
+        self.register_buffer("mean", th.zeros(self.features_dim))
+        self.register_buffer("std", th.ones(self.features_dim))
+
+    def forward(self, observations: th.Tensor) -> th.Tensor:
+        return (th.flatten(observations, start_dim=1) - self.mean) / self.std
+
+
+def standardize_inputs(model) -> None:
+    """Set every `StandardizedObs` of a SAC model (actor, critic, target critic) to the demo observations' mean and
+    standard deviation (floored at MIN_STD)."""
+    demos = _demos(model)
+    obs = th.as_tensor(demos.observations[: demos.size()].reshape(demos.size(), -1), dtype=th.float32)
+    mean, std = obs.mean(dim=0), obs.std(dim=0).clamp_min(MIN_STD)
+    for net in (model.actor, model.critic, model.critic_target):
+        extractor = net.features_extractor
+        if not isinstance(extractor, StandardizedObs):
+            raise ValueError("demo_bc: the policy's features extractor is not StandardizedObs")
+        extractor.mean.copy_(mean)
+        extractor.std.copy_(std)
+
+
+def _demos(model):
+    demos = getattr(model.replay_buffer, "demos", None)
+    if demos is None or demos.size() == 0:
+        raise ValueError("demo_bc: the replay buffer holds no demonstrations (set demos > 0)")
+    return demos
+
+
+def clone_actor(model, steps: int, std: float, batch_size: int = 256, lr: float = 1e-3) -> dict:
+    """Fit `model.actor` (SB3 SAC) to the demo store for `steps` gradient steps (module doc); returns the first and
+    last loss and the cloned action's mean squared error on the demos."""
+    demos, actor = _demos(model), model.actor
+    opt = th.optim.Adam(actor.parameters(), lr=lr)  # its own: SAC's optimiser state starts clean afterwards
+    target_log_std = float(th.log(th.tensor(std)))
+    actor.set_training_mode(True)
+    first = last = float("nan")
+    for i in range(steps):
+        batch = demos.sample(batch_size)
+        mean, log_std, _ = actor.get_action_dist_params(batch.observations)
+        goal = th.atanh(batch.actions.clamp(-SQUASH_CLIP, SQUASH_CLIP))
+        loss = ((mean - goal) ** 2).mean() + ((log_std - target_log_std) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        last = float(loss.detach())
+        first = last if i == 0 else first
+    actor.set_training_mode(False)
+    with th.no_grad():
+        batch = demos.sample(min(2048, demos.size()))
+        mse = float(((actor(batch.observations, deterministic=True) - batch.actions) ** 2).mean())
+    return {"bc_steps": steps, "bc_first_loss": first, "bc_last_loss": last, "bc_action_mse": mse}
+
+
+class DemoBCCallback(BaseCallback):
+    """Holds the cloned actor still while the critic warms up, then one Q-filtered behaviour-cloning step of the
+    actor after each SAC update (module doc)."""
+
+    def __init__(self, weight: float, critic_warmup: int = 0, batch_size: int = 128):
+        super().__init__()
+        self.weight, self.critic_warmup, self.batch_size = weight, critic_warmup, batch_size
+        self.steps = 0
+
+    def _on_step(self) -> bool:
+        model = self.model
+        warming = model.num_timesteps <= model.learning_starts + self.critic_warmup
+        model.actor.requires_grad_(not warming)  # SAC's actor step finds no gradient to apply while warming
+        if model.num_timesteps <= model.learning_starts or self.weight <= 0 or warming:
+            return True  # SAC has not updated yet: its critic knows nothing to filter with
+        batch = _demos(model).sample(self.batch_size)
+        obs, demo_action = batch.observations, batch.actions
+        actor = model.actor
+        with th.no_grad():
+            q_demo = th.min(th.cat(model.critic(obs, demo_action), dim=1), dim=1).values
+            q_actor = th.min(th.cat(model.critic(obs, actor(obs, deterministic=True)), dim=1), dim=1).values
+            keep = (q_demo > q_actor).float()
+        action = actor(obs, deterministic=True)
+        per_row = ((action - demo_action) ** 2).sum(dim=1)
+        loss = self.weight * (keep * per_row).sum() / max(1.0, float(keep.sum()))
+        actor.optimizer.zero_grad()
+        loss.backward()
+        actor.optimizer.step()
+        self.steps += 1
+        if self.steps % 100 == 0:
+            self.logger.record_mean("train/bc_loss", float(loss.detach()))
+            self.logger.record_mean("train/bc_q_filter_pass", float(keep.mean()))
+        return True
