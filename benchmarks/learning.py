@@ -47,25 +47,29 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "learning.json"
 IMG = ROOT / "docs" / "img"
 TASKS = ("push_tool_from_edge", "place_cup_in_bin")
+NO_DEMOS = ["--demos", "0", "--demo_bc.pretrain_steps", "0"]  # a task's train config may ship demos (place_cup_in_bin)
+DEMOS = ["--demos", "50", "--demo_bc.pretrain_steps", "0"]  # demos as replay rows only
+DEMOS_BC = ["--demos", "50", "--demo_bc.pretrain_steps", "5000"]  # + the clone, warm-up and Q-filtered BC (train/bc.py)
+# every variant states its aids, so a variant means the same on every task whatever its train config ships
 VARIANTS = {
-    "sparse": ["--reward_source", "env"],
-    "her": ["--reward_source", "her"],
-    "dense": ["--reward_source", "dense"],
-    "clip": ["--reward_source", "clip"],
-    "rules": ["--judge.backend", "rules"],
-    "llm": [],
-    "llm_no_safety": ["--reward.safety_weight", "0"],
-    "llm_demos": ["--demos", "50"],
-    "llm_demos_bc": ["--demos", "50", "--demo_bc.pretrain_steps", "5000"],
-    "sparse_demos_bc": ["--reward_source", "env", "--demos", "50", "--demo_bc.pretrain_steps", "5000"],
-    "llm_demos_no_safety": ["--demos", "50", "--reward.safety_weight", "0"],
-    "llm_curriculum": ["--curriculum.enabled", "true"],
-    "llm_no_novelty": ["--reward.novelty", "none"],
-    "llm_async": ["--reward.async", "true"],
-    "rules_demos": ["--judge.backend", "rules", "--demos", "50"],
-    "rules_curriculum": ["--judge.backend", "rules", "--curriculum.enabled", "true"],
-    "dense_demos": ["--reward_source", "dense", "--demos", "50"],
-    "sparse_demos": ["--reward_source", "env", "--demos", "50"],
+    "sparse": ["--reward_source", "env", *NO_DEMOS],
+    "her": ["--reward_source", "her", *NO_DEMOS],
+    "dense": ["--reward_source", "dense", *NO_DEMOS],
+    "clip": ["--reward_source", "clip", *NO_DEMOS],
+    "rules": ["--judge.backend", "rules", *NO_DEMOS],
+    "llm": NO_DEMOS,
+    "llm_no_safety": ["--reward.safety_weight", "0", *NO_DEMOS],
+    "llm_demos": DEMOS,
+    "llm_demos_bc": DEMOS_BC,
+    "sparse_demos_bc": ["--reward_source", "env", *DEMOS_BC],
+    "llm_demos_no_safety": ["--reward.safety_weight", "0", *DEMOS],
+    "llm_curriculum": ["--curriculum.enabled", "true", *NO_DEMOS],
+    "llm_no_novelty": ["--reward.novelty", "none", *NO_DEMOS],
+    "llm_async": ["--reward.async", "true", *NO_DEMOS],
+    "rules_demos": ["--judge.backend", "rules", *DEMOS],
+    "rules_curriculum": ["--judge.backend", "rules", "--curriculum.enabled", "true", *NO_DEMOS],
+    "dense_demos": ["--reward_source", "dense", *DEMOS],
+    "sparse_demos": ["--reward_source", "env", *DEMOS],
 }
 DEFAULT_VARIANTS = ("sparse", "her", "dense", "rules", "llm", "llm_no_safety", "llm_demos")
 SUCCESS = 0.8

@@ -1,19 +1,23 @@
 """Behaviour cloning from the demo store: the demonstrations used as a policy, not only as replay rows.
 
 Kept as rows alone (train/demos.py), 50 scripted episodes barely move SAC on place_cup_in_bin: the critic has to
-learn their value before the actor follows them, and SAC's first `learning_starts` steps act at random. Two aids
-fix that, both from the demonstrations' actions and both outside SAC's own training loop:
+learn their value before the actor follows them, and SAC's first `learning_starts` steps act at random. These pieces
+use the demonstrations' actions too, all outside SAC's own training loop:
 
 * `StandardizedObs`: the policy's and critics' inputs standardised with the demos' statistics. The observation
   mixes table-scale positions with centimetre offsets and constant slots; unscaled, the same 4k-step clone of
-  place_cup_in_bin's expert succeeds in 7 % of episodes, standardised in 97 % (measured in docs/BENCHMARKS.md).
+  place_cup_in_bin's expert succeeds in 0 of 30 episodes, standardised in 30 of 30 (benchmarks/clone_check.py).
   The statistics are buffers of the features extractor, so they are saved in policy.pth and a loaded policy
   reads observations the same way.
-* `clone_actor` (`demo_bc.pretrain_steps`): before learning, the actor is fitted to the demos by maximum
-  likelihood of its Gaussian in pre-tanh space: mean → atanh of the demo action (clipped to ±`SQUASH_CLIP`, so
-  a saturated action stays finite), log-σ → `demo_bc.std` (a fixed exploration width: the residual of a scripted
-  expert is ~0, and a collapsed σ leaves SAC nothing to explore with). The cloned actor then acts from step 0.
-* `DemoBCCallback` (`demo_bc.weight`): after every SAC update, one actor step on the Q-filtered behaviour-cloning
+* `clone_actor` (`demo_bc.pretrain_steps`): before learning, the actor's Gaussian is fitted to the demos in
+  pre-tanh space by squared error: mean → atanh of the demo action (clipped to ±`SQUASH_CLIP`, so a saturated
+  action stays finite; the same loss on the squashed action fitted worse: on raw inputs 0.041 action MSE after 5k steps against
+  0.019 after 3k here),
+  log-σ → log `demo_bc.std` (a fixed exploration width: the residual of a scripted expert is ~0, and a collapsed σ
+  leaves SAC nothing to explore with). The cloned actor acts from `demo_bc.learning_starts` on.
+* `DemoBCCallback`: for `demo_bc.critic_warmup` steps after `learning_starts` the actor is held still while SAC's
+  critics learn the clone's values (released at once, an untrained critic's gradient wiped the clone out within
+  1k updates); then (`demo_bc.weight`), after every SAC update, one actor step on the Q-filtered behaviour-cloning
   loss of Nair et al. (2018, "Overcoming Exploration in RL with Demonstrations"): on a batch of demo rows,
   ‖π(s) − a_demo‖² where the critic rates the demo's action above the actor's, so the pull toward the demos
   switches itself off where the agent has found better. Its share of demo rows that passed the filter is
@@ -21,15 +25,11 @@ fix that, both from the demonstrations' actions and both outside SAC's own train
 """
 from __future__ import annotations
 
-import logging
-
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
-
-log = logging.getLogger(__name__)
 
 SQUASH_CLIP = 0.97  # atanh(0.97) ≈ 2.09: a demo action at the bound becomes a finite pre-tanh target
 MIN_STD = 0.05  # floor of a slot's scale: a slot the demos never move (an absent object) is not blown up

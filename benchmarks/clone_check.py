@@ -1,0 +1,97 @@
+"""How well a plain behaviour-cloning MLP imitates each task's scripted expert, with and without standardised inputs.
+
+    python benchmarks/clone_check.py --tasks place_cup_in_bin,push_tool_from_edge,tidy_table --demos 50 --steps 4000
+
+The check behind `robo_prm/train/bc.py`'s `StandardizedObs`: N scripted episodes (seeds 0..N-1), an MLP (256, 256,
+tanh output, the size of SAC's actor) fitted to their actions by squared error for `--steps` Adam steps (batch 256),
+then run deterministically on `--episodes` fresh seeds (1000 on). Prints one JSON line per task and input scaling and
+appends them to benchmarks/results/clone_check.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+OUT = Path(__file__).resolve().parent / "results" / "clone_check.json"
+
+
+def demos(task: str, n: int):
+    from robo_prm.envs import make_env
+    from robo_prm.envs.experts import ScriptedExpert
+
+    env = make_env(task)
+    expert = ScriptedExpert(env)
+    obs_rows, actions, wins = [], [], 0
+    for seed in range(n):
+        obs, info = env.reset(seed=seed)
+        expert.reset()
+        done = False
+        while not done:
+            action = expert()
+            obs_rows.append(obs)
+            actions.append(action)
+            obs, _, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+        wins += bool(info["is_success"])
+    return env, np.array(obs_rows), np.array(actions), wins / n
+
+
+def clone(obs: np.ndarray, actions: np.ndarray, standardize: bool, steps: int, seed: int = 0):
+    torch.manual_seed(seed)
+    x, y = torch.as_tensor(obs), torch.as_tensor(actions)
+    mean, std = (x.mean(0), x.std(0) + 1e-6) if standardize else (torch.zeros(x.shape[1]), torch.ones(x.shape[1]))
+    net = torch.nn.Sequential(torch.nn.Linear(x.shape[1], 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                              torch.nn.Linear(256, y.shape[1]), torch.nn.Tanh())
+    opt = torch.optim.Adam(net.parameters(), 1e-3)
+    for _ in range(steps):
+        idx = torch.randint(0, len(x), (256,))
+        loss = ((net((x[idx] - mean) / std) - y[idx]) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return lambda o: net((torch.as_tensor(o)[None] - mean) / std)[0].detach().numpy(), float(loss.detach())
+
+
+def success(env, policy, episodes: int) -> float:
+    wins = 0
+    for seed in range(1000, 1000 + episodes):
+        obs, info = env.reset(seed=seed)
+        done = False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(policy(obs))
+            done = terminated or truncated
+        wins += bool(info["is_success"])
+    return wins / episodes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default="place_cup_in_bin,push_tool_from_edge,tidy_table")
+    ap.add_argument("--demos", type=int, default=50)
+    ap.add_argument("--steps", type=int, default=4000)
+    ap.add_argument("--episodes", type=int, default=30)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    rows = json.loads(OUT.read_text()) if OUT.exists() else []
+    for task in args.tasks.split(","):
+        env, obs, actions, expert_success = demos(task, args.demos)
+        for standardize in (False, True):
+            t0 = time.perf_counter()
+            policy, loss = clone(obs, actions, standardize, args.steps)
+            row = {"task": task, "standardized": standardize, "demos": args.demos, "transitions": len(obs),
+                   "expert_success": expert_success, "fit_steps": args.steps, "final_loss": round(loss, 6),
+                   "clone_success": success(env, policy, args.episodes), "episodes": args.episodes,
+                   "wall_s": round(time.perf_counter() - t0, 1), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            OUT.write_text(json.dumps(rows, indent=1))
+        env.close()
+
+
+if __name__ == "__main__":
+    main()
