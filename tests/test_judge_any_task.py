@@ -9,7 +9,7 @@ import pytest
 from robo_prm.judge import ConfidentJudge, JudgeConfig
 from robo_prm.judge.base import Scored
 from robo_prm.judge.confident import rules_informed
-from robo_prm.judge.faithfulness import check_reason, repeats_a_sentence
+from robo_prm.judge.faithfulness import check_reason, drop_contradictions, repeats_a_sentence
 from robo_prm.metrics import reason_faithfulness
 from robo_prm.types import HazardText, SceneDescription, TaskText
 
@@ -72,6 +72,21 @@ def test_repeated_sentences_and_the_pooled_metric():
     ])
     assert pooled["faithfulness"] == 0.5 and pooled["reasons"] == 2 and pooled["repeated"] == 1
     assert pooled["wrong_claims"] == 2 and reason_faithfulness([])["faithfulness"] is None
+
+
+def test_the_reason_guard_keeps_what_agrees_and_drops_made_up_distances_and_loops():
+    # the replay reason of a place_cup_in_bin run (2026-12-05), beside a scene that states 20 cm only
+    text = "The gripper is closed around the glass cup. The glass cup is held 20 cm above the table."
+    facts = ("gripper_closed", "grasped(glass cup)")
+    reason = ("The glass cup is moving 3 times faster than the previous milestone. The previous milestone was 20 cm. "
+              "The current milestone is 30 cm. The previous milestone was 40 cm")
+    kept, dropped = drop_contradictions(reason, facts, text)
+    assert kept == "The glass cup is moving 3 times faster than the previous milestone. The previous milestone was 20 cm."
+    assert dropped == 2
+    # what agrees with the scene stays whole; a contradiction goes; nothing left is None
+    assert drop_contradictions("The gripper is open, 5 cm from the hammer.", HAMMER_FACTS, HAMMER_TEXT) == (
+        "The gripper is open, 5 cm from the hammer.", 0)
+    assert drop_contradictions("The gripper is open, 15 cm from the hammer.", HAMMER_FACTS, HAMMER_TEXT) == (None, 1)
 
 
 # ---- fallback policies ----------------------------------------------------------------------------

@@ -76,7 +76,9 @@ class JudgeConfig:
     hazard_reader: str | None = opt(None, "hazard_answerer reader: its folder (null: the shipped robo_prm/models/hazard_reader)")
     cache_size: int = opt(20_000, "raw model answers kept per (task, scene text); 0 disables")
     reason_tokens: int = opt(40, "max tokens of the reason, generated only when explain=True")
-    reason_guard: bool = opt(True, "drop a reason's sentences whose distance, relation or state claims contradict the scene")
+    reason_guard: bool = opt(True, "drop a reason's sentences whose distance, relation or state claims contradict the "
+                                   "scene, that state a distance the scene text does not, or that repeat an earlier "
+                                   "sentence's opening words")
     votes: int = opt(3, "text-only answers (no logprobs): median of this many samples")
     # Off by default: they segfault where AMX is advertised but not granted.
     extra_buffers: bool = opt(False, "llama.cpp AMX/repack weight buffers")

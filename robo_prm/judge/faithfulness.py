@@ -191,14 +191,31 @@ def check_reason(reason: str | None, facts: Sequence[str], text: str = "") -> di
     return {"claims": len(claims), "wrong": wrong, "faithful": not wrong, "repeated": repeats_a_sentence(reason)}
 
 
+def _grounded_numbers(sent: str, text: str) -> bool:
+    """Every "N cm" of the sentence is a distance the scene text states (the reason restates the scene; a number the
+    scene never showed — "the previous milestone was 40 cm" — is made up)."""
+    said = {float(v) for v in re.findall(_CM, text.lower())}
+    return all(float(v) in said for v in re.findall(_CM, sent.lower()))
+
+
+def _opening(sent: str, words: int = 4) -> str:
+    return " ".join(re.sub(r"[^a-z0-9 ]+", " ", sent.lower()).split()[:words])
+
+
 def drop_contradictions(reason: str | None, facts: Sequence[str], text: str = "") -> tuple[str | None, int]:
-    """The reason without its sentences that contradict the scene (a small model's greedy reason can say "15 cm"
-    where the scene says 5): (what is left or None, sentences dropped). The judge shows only what agrees; the
-    raw model's faithfulness is measured before this (benchmarks/judge_any_task.py)."""
+    """The reason without the sentences that contradict the scene (a small model's greedy reason can say "15 cm"
+    where the scene says 5), that state a distance the scene text does not, or that open with the same four words
+    as a sentence kept before them (a greedy loop: "The previous milestone was 20 cm. … was 40 cm."):
+    (what is left or None, sentences dropped). The judge shows only what is left; the raw model's faithfulness is
+    measured before this (benchmarks/judge_any_task.py)."""
     if not reason:
         return reason, 0
     scene = scene_claims(facts, text)
-    kept = [s for s in sentences(reason) if all(_agrees(k, v, scene) for k, v in reason_claims(s, scene))]
+    kept: list[str] = []
+    for sent in sentences(reason):
+        agrees = all(_agrees(k, v, scene) for k, v in reason_claims(sent, scene))
+        if agrees and _grounded_numbers(sent, text) and _opening(sent) not in {_opening(k) for k in kept}:
+            kept.append(sent)
     return (" ".join(kept) or None), len(sentences(reason)) - len(kept)
 
 
