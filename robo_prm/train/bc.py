@@ -11,10 +11,10 @@ use the demonstrations' actions too, all outside SAC's own training loop:
   reads observations the same way.
 * `clone_actor` (`demo_bc.pretrain_steps`): before learning, the actor's Gaussian is fitted to the demos in
   pre-tanh space by squared error: mean → atanh of the demo action (clipped to ±`SQUASH_CLIP`, so a saturated
-  action stays finite; the same loss on the squashed action fitted worse: on raw inputs 0.041 action MSE after 5k steps against
-  0.019 after 3k here),
-  log-σ → log `demo_bc.std` (a fixed exploration width: the residual of a scripted expert is ~0, and a collapsed σ
-  leaves SAC nothing to explore with). The cloned actor acts from `demo_bc.learning_starts` on.
+  action stays finite; the same loss on the squashed action fitted worse: on raw inputs 0.041 action MSE after
+  5k steps against 0.019 after 3k here), log-σ → log `demo_bc.std` (a fixed exploration width: the residual of a
+  scripted expert is ~0, and a collapsed σ leaves SAC nothing to explore with). The cloned actor acts from
+  `demo_bc.learning_starts` on.
 * `DemoBCCallback`: for `demo_bc.critic_warmup` steps after `learning_starts` the actor is held still while SAC's
   critics learn the clone's values (released at once, an untrained critic's gradient wiped the clone out within
   1k updates); then (`demo_bc.weight`), after every SAC update, one actor step on the Q-filtered behaviour-cloning
@@ -106,8 +106,8 @@ class DemoBCCallback(BaseCallback):
         model = self.model
         warming = model.num_timesteps <= model.learning_starts + self.critic_warmup
         model.actor.requires_grad_(not warming)  # SAC's actor step finds no gradient to apply while warming
-        if model.num_timesteps <= model.learning_starts or self.weight <= 0 or warming:
-            return True  # SAC has not updated yet: its critic knows nothing to filter with
+        if warming or self.weight <= 0:
+            return True  # the critic is still learning the clone's values: nothing to filter with yet
         batch = _demos(model).sample(self.batch_size)
         obs, demo_action = batch.observations, batch.actions
         actor = model.actor
