@@ -21,23 +21,20 @@ OUT = Path(__file__).resolve().parent / "results" / "clone_check.json"
 
 
 def demos(task: str, n: int):
+    """(env, observations, expert actions, expert success) of n scripted episodes, seeds 0..n-1."""
     from robo_prm.envs import make_env
     from robo_prm.envs.experts import ScriptedExpert
+    from robo_prm.envs.rollout import rollout
 
     env = make_env(task)
     expert = ScriptedExpert(env)
     obs_rows, actions, wins = [], [], 0
     for seed in range(n):
-        obs, info = env.reset(seed=seed)
-        expert.reset()
-        done = False
-        while not done:
-            action = expert()
-            obs_rows.append(obs)
-            actions.append(action)
-            obs, _, terminated, truncated, info = env.step(action)
-            done = terminated or truncated
-        wins += bool(info["is_success"])
+        seen = []
+        traj = rollout(env, expert, seed, on_step=lambda step: seen.append(step.obs))
+        obs_rows += seen[:-1]  # the state each action was taken in
+        actions += traj.actions
+        wins += traj.success
     return env, np.array(obs_rows), np.array(actions), wins / n
 
 
@@ -58,15 +55,9 @@ def clone(obs: np.ndarray, actions: np.ndarray, standardize: bool, steps: int, s
 
 
 def success(env, policy, episodes: int) -> float:
-    wins = 0
-    for seed in range(1000, 1000 + episodes):
-        obs, info = env.reset(seed=seed)
-        done = False
-        while not done:
-            obs, _, terminated, truncated, info = env.step(policy(obs))
-            done = terminated or truncated
-        wins += bool(info["is_success"])
-    return wins / episodes
+    from robo_prm.envs.rollout import rollout
+
+    return sum(rollout(env, policy, seed).success for seed in range(1000, 1000 + episodes)) / episodes
 
 
 def main() -> None:

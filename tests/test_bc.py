@@ -78,6 +78,7 @@ def test_the_actor_is_held_during_the_critic_warmup_and_then_pulled_toward_the_d
     cb.on_step()
     assert not any(p.requires_grad for p in model.actor.parameters()) and cb.steps == 0  # SAC's actor step is a no-op
     model.num_timesteps = model.learning_starts + 51
+
     def bc_error():
         with th.no_grad():
             return float(((model.actor(obs, deterministic=True) - actions) ** 2).mean())

@@ -31,7 +31,7 @@ def algo_kwargs(cfg: TrainConfig) -> dict:
     if cfg.algo == "ppo":
         return {**DEFAULTS["ppo"], **cfg.ppo}
     out = {**DEFAULTS["sac"], "gradient_steps": max(1, round(cfg.updates_per_step * cfg.n_envs)), **cfg.sac}
-    if cfg.demos and cfg.demo_bc.enabled:  # the clone needs standardised inputs (train/bc.py)
+    if cfg.demo_bc.enabled:  # the clone needs standardised inputs (train/bc.py)
         out.update(learning_starts=cfg.demo_bc.learning_starts, ent_coef=cfg.demo_bc.ent_coef)
         out["policy_kwargs"] = {"features_extractor_class": StandardizedObs, **(out.get("policy_kwargs") or {})}
     return out

@@ -101,11 +101,14 @@ class DemoBCCallback(BaseCallback):
         super().__init__()
         self.weight, self.critic_warmup, self.batch_size = weight, critic_warmup, batch_size
         self.steps = 0
+        self._held: bool | None = None
 
     def _on_step(self) -> bool:
         model = self.model
         warming = model.num_timesteps <= model.learning_starts + self.critic_warmup
-        model.actor.requires_grad_(not warming)  # SAC's actor step finds no gradient to apply while warming
+        if warming != self._held:  # SAC's actor step finds no gradient to apply while the actor is held
+            model.actor.requires_grad_(not warming)
+            self._held = warming
         if warming or self.weight <= 0:
             return True  # the critic is still learning the clone's values: nothing to filter with yet
         batch = _demos(model).sample(self.batch_size)
