@@ -211,7 +211,7 @@ def test_replay_buffer_relabels_counts_and_survives_a_checkpoint(tmp_path):
     from gymnasium import spaces
 
     box = spaces.Box(-1.0, 1.0, (2,), np.float32)
-    buf = RelabelReplayBuffer(100, box, box, n_envs=1)
+    buf = RelabelReplayBuffer(100, box, box, n_envs=1, sample="any")
     obs = np.zeros((1, 2), np.float32)
     for t in range(4):  # steps 0 and 2 pending
         buf.add(obs, obs, obs, np.array([0.5]), np.array([False]), [{"reward_step": t, "reward_pending": t % 2 == 0}])
@@ -221,9 +221,29 @@ def test_replay_buffer_relabels_counts_and_survives_a_checkpoint(tmp_path):
     buf.relabel(0, np.array([2.0], np.float32), np.array([0.5], np.float32))
     assert buf.rewards[0, 0] == 2.0 and buf.rewards[1, 0] == 0.5 and not buf._pending_rows[0] and buf._pending_rows[2]
     buf.relabel(7, np.array([1.0]), np.array([0.5]))  # never stored as pending (no blend): lost, nothing changes
-    assert buf.relabel_counts == {"relabelled": 1, "lost": 1, "sampled": 64, "sampled_pending": buf.relabel_counts["sampled_pending"]}
+    assert buf.relabel_counts == {"relabelled": 1, "lost": 1, "sampled": 64, "sampled_pending": buf.relabel_counts["sampled_pending"],
+                                  "redrawn": 0}
     again = pickle.loads(pickle.dumps(buf))
     assert again._blend is None and again.rewards[0, 0] == 2.0 and 2 in again._rows
+
+
+def test_replay_buffer_draws_only_resolved_rows_once_there_are_any():
+    from gymnasium import spaces
+
+    box = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    buf = RelabelReplayBuffer(100, box, box, n_envs=1)  # sample="resolved", the default
+    np.random.seed(0)
+    for t in range(3):  # nothing resolved yet: the pending rows are all there is to draw
+        buf.add(np.full((1, 2), t, np.float32), np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32),
+                np.array([0.0]), np.array([False]), [{"reward_step": t, "reward_pending": True}])
+    assert len(set(buf.sample(32).observations[:, 0].tolist())) > 1 and buf.relabel_counts["sampled_pending"] == 32
+    buf.relabel(1, np.array([1.0], np.float32), np.array([0.0], np.float32))
+    for t in range(3, 60):  # a long line of pending rows beside one resolved row
+        buf.add(np.full((1, 2), t, np.float32), np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32),
+                np.array([0.0]), np.array([False]), [{"reward_step": t, "reward_pending": True}])
+    batch = buf.sample(64)
+    assert set(batch.observations[:, 0].tolist()) == {1.0} and set(batch.rewards[:, 0].tolist()) == {1.0}
+    assert buf.relabel_counts["sampled_pending"] == 32 and buf.relabel_counts["redrawn"] >= 64
 
 
 def _vec_run(tmp_path, algo: str, async_: bool, steps: int, delay: float = 0.004, **extra):
@@ -267,9 +287,17 @@ def test_sac_replay_buffer_holds_the_sync_rewards(tmp_path):
 
 
 def test_sac_counts_rows_sampled_before_their_judgement(tmp_path):
-    _, _, st = _vec_run(tmp_path, "sac", True, 120, **{"sac.learning_starts": 40, "sac.batch_size": 64})
-    assert st["relabel_sampled"] == 80 * 64 and st["relabel_sampled_pending"] > 0
+    over = {"sac.learning_starts": 40, "sac.batch_size": 64, "reward.async_sample": "any"}
+    _, _, st = _vec_run(tmp_path, "sac", True, 120, **over)
+    assert st["relabel_sampled"] == 80 * 64 and st["relabel_sampled_pending"] > 0 and st["relabel_redrawn"] == 0
     assert st["relabel_sampled_pending_rate"] == pytest.approx(st["relabel_sampled_pending"] / st["relabel_sampled"])
+
+
+def test_sac_trains_on_resolved_rows_by_default(tmp_path):
+    model, _, st = _vec_run(tmp_path, "sac", True, 120, **{"sac.learning_starts": 40, "sac.batch_size": 64})
+    assert model.replay_buffer.sample_rows == "resolved"
+    assert st["relabel_sampled"] == 80 * 64 and st["relabel_redrawn"] > 0
+    assert st["relabel_sampled_pending"] < st["relabel_redrawn"]  # a pending row is drawn only while none is resolved
 
 
 def test_ppo_rollouts_hold_the_sync_rewards_and_advantages(tmp_path):

@@ -51,6 +51,11 @@ class RewardConfig:
                               "whose judgement is not back yet gets a provisional reward that is relabelled in the replay / "
                               "rollout buffer when it arrives (docs/ARCHITECTURE.md, Async judging)")
     async_batch: int = opt(8, min=1, help="async: scenes per judge call of the worker")
+    # Why resolved: a provisional row's progress term is the held judgement (0 at γ = 1); trained on, the
+    # zeros cost async 0.09 success at 20k steps on reach_tool when the worker fell behind (docs/BENCHMARKS.md).
+    async_sample: Literal["resolved", "any"] = opt(
+        "resolved", "async, SAC: which replay rows a batch draws — resolved: only rows whose judgement is in "
+                    "(a pending one is redrawn, relabel_redrawn); any: pending rows too, with their provisional reward")
     async_queue: int = opt(1024, min=1, help="async: scenes waiting for the judge at most; a step that finds the queue "
                                              "full waits for room (async_queue_full_waits) or, with async_overflow: drop, "
                                              "pushes the oldest skippable scene out")

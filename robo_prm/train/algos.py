@@ -41,14 +41,14 @@ def buffer_kwargs(cfg: TrainConfig) -> dict:
     """replay_buffer_class/_kwargs of the aids: HER's buffer (reward_source her), the demo store (demos) on the
     async judge's relabelling buffer or SB3's own; keywords under `sac: replay_buffer_kwargs` win."""
     # reward.async: SB3's buffer classes that take the late judgements (reward/relabel.py)
-    out = relabel_kwargs(cfg.algo, cfg.reward_source in ("blend", "clip") and cfg.reward.async_)
+    out = relabel_kwargs(cfg.algo, cfg.reward_source in ("blend", "clip") and cfg.reward.async_, cfg.reward.async_sample)
     if cfg.algo != "sac":
         return out
     if cfg.reward_source == "her":
         out = {"replay_buffer_class": HerReplayBuffer, "replay_buffer_kwargs": dict(HER)}
     elif cfg.demos:
         out = {"replay_buffer_class": demo_buffer_class(out.get("replay_buffer_class", ReplayBuffer)),
-               "replay_buffer_kwargs": {"demo_ratio": cfg.demo_ratio}}
+               "replay_buffer_kwargs": {**out.get("replay_buffer_kwargs", {}), "demo_ratio": cfg.demo_ratio}}
     if "replay_buffer_kwargs" in out:
         out["replay_buffer_kwargs"].update(cfg.sac.get("replay_buffer_kwargs") or {})
     return out
