@@ -34,6 +34,8 @@ class Waypoint:
 PUSH_Z = TABLE_TOP_Z + 0.03  # grip site height while pushing: fingertips just clear the table
 PUSH_DONE = 0.04  # a push is repeated (up to PUSH_TRIES times) until the object is this close to its target
 PUSH_TRIES = 4
+MOVE_TRIES = 3  # a pick-and-place whose object did not end up in its place (a grasp that slipped) is tried again
+PLAN_PASSES = 2  # at the plan's end, steps undone since (a placed tool knocked out by the next) are gone through again
 
 
 def shipped_plans() -> dict[str, list[PlanStep]]:
@@ -72,26 +74,36 @@ class ScriptedExpert:
         self.reset()
 
     def reset(self):
+        """Start the plan again from the state the env is in whenever the expert next acts: steps whose object is
+        already in its place are skipped, and a pick-and-place whose object is already held starts at the lift — so
+        an expert reset mid-episode takes over from wherever another policy left the scene (takeover demos)."""
         self._stage = 0
         self._queue: list[Waypoint] = []
         self._held = 0
-        self._push: tuple | None = None  # the push step under way (pushes are repeated until the object arrives)
+        self._current: tuple | None = None  # the push or move under way (repeated until the object arrives)
         self._tries = 0
+        self._passes = 1
 
     def _next(self, s: SceneState) -> list[Waypoint]:
-        """Waypoints for what comes next: the current push again, or the plan's next step."""
-        if self._push is not None and self._tries < PUSH_TRIES and _push_left(s, self._push) > PUSH_DONE:
+        """Waypoints for what comes next: the current push or move again, or the plan's next step not yet done."""
+        step = self._current
+        if step is not None and self._tries < (PUSH_TRIES if step[0] == "push" else MOVE_TRIES) and not _done(s, step):
             self._tries += 1
-            return _push_waypoints(s, self._push)
-        self._push = None
+            return _push_waypoints(s, step) if step[0] == "push" else self._waypoints(s, step)
+        self._current = None
+        while self._stage < len(self.plan) and _done(s, self.plan[self._stage]):
+            self._stage += 1
+        if self._stage >= len(self.plan) and self._passes < PLAN_PASSES and any(not _done(s, st) for st in self.plan if st[0] != "reach"):
+            self._stage, self._passes = 0, self._passes + 1
+            return self._next(s)
         if self._stage >= len(self.plan):
             return []
         step = self.plan[self._stage]
         self._stage += 1
-        if step[0] == "push":
-            self._push, self._tries = step, 1
-            return _push_waypoints(s, step)
-        return self._waypoints(s, step)
+        if step[0] == "reach":
+            return self._waypoints(s, step)
+        self._current, self._tries = step, 1
+        return _push_waypoints(s, step) if step[0] == "push" else self._waypoints(s, step)
 
     def _waypoints(self, s: SceneState, step: tuple) -> list[Waypoint]:
         kind, obj = step[0], step[1]
@@ -103,6 +115,15 @@ class ScriptedExpert:
         c = np.array([*PLACES[place].center, 0.0]) + np.array([0.0, dy, 0.0])
         base = TABLE_TOP_Z + (0.006 if PLACES[place].wall else 0.0)
         release_z = base + OBJECT_REST_Z[obj] + 0.015
+        if s.objects[obj].fingers_touching >= 2:  # already held (taking over mid-carry): lift from where it is
+            g = s.gripper_pos
+            return [
+                Waypoint(np.array([g[0], g[1], CARRY_Z]), -1.0, 0.03),
+                Waypoint(np.array([c[0], c[1], CARRY_Z]), -1.0, 0.02),
+                Waypoint(np.array([c[0], c[1], release_z]), -1.0, 0.01),
+                Waypoint(np.array([c[0], c[1], release_z]), 1.0, 0.02, hold=3),
+                Waypoint(np.array([c[0], c[1], CARRY_Z]), 1.0, 0.03),
+            ]
         return [
             Waypoint(np.array([p[0], p[1], grasp_z + HOVER]), 1.0, 0.015),
             Waypoint(np.array([p[0], p[1], grasp_z]), 1.0, 0.008),
@@ -138,6 +159,17 @@ class ScriptedExpert:
         if self.noise:
             action = action + self.rng.normal(0.0, self.noise, size=4)
         return np.clip(action, -1.0, 1.0).astype(np.float32)
+
+
+def _done(s: SceneState, step: tuple) -> bool:
+    """Whether a plan step's object is already where the step puts it (a reach is never done in advance)."""
+    if step[0] == "reach":
+        return False
+    if step[0] == "push":
+        return _push_left(s, step) <= PUSH_DONE
+    obj, place = s.objects[step[1]], PLACES[step[2]]
+    resting = obj.pos[2] < TABLE_TOP_Z + 0.006 + OBJECT_REST_Z[step[1]] + 0.03
+    return bool(place.contains_xy(obj.pos[:2]) and resting and obj.fingers_touching < 2)
 
 
 def _push_target(step: tuple) -> np.ndarray:
