@@ -110,6 +110,31 @@ def test_async_final_rewards_equal_sync_step_for_step(progress):
     blend.close()
 
 
+def test_a_step_too_far_ahead_of_the_judge_waits_and_the_rewards_stay_the_syncs():
+    task = load_task("push_tool_from_edge").text
+    n_envs, stream = 2, _stream(150, 2, seed=3)
+    cfg = RewardConfig(judge_every=2, cache_radius=0.05)
+    sync = BlendedReward(task, HashJudge(), cfg, n_envs)
+    want = [sync(r, d, _copy(i)) for r, d, i in stream]
+    acfg = RewardConfig(judge_every=2, cache_radius=0.05, async_=True, async_batch=2, async_max_lag=10)
+    blend = BlendedReward(task, HashJudge(delay=0.01), acfg, n_envs)
+    finals: dict[int, np.ndarray] = {}
+    blend.asynchronous.add_listener(lambda step, final, provisional: finals.__setitem__(step, final.copy()))
+    got, lines = [], []
+    for r, d, i in stream:
+        infos = _copy(i)
+        handed = blend(r, d, infos)
+        got.append((infos[0]["reward_step"], infos[0]["reward_pending"], handed))
+        lines.append(len(blend.asynchronous.pending))
+    blend.asynchronous.flush()
+    final = [finals[t] if pending else h for t, pending, h in got]
+    np.testing.assert_array_equal(np.stack(final), np.stack(want))
+    st = blend.stats()
+    assert max(lines) <= 10 and st["async_max_pending"] == 11  # the step that found 10 ahead of it waited
+    assert st["async_lag_waits"] > 0 and st["async_lag_wait_s"] > 0
+    blend.close()
+
+
 def test_a_full_ring_skips_the_oldest_mid_episode_scene_and_never_waits():
     """async_overflow: drop — with the judge stalled, steps go on; the oldest skippable scene leaves a full
     queue, episode starts and ends are always judged, judged + skipped scenes are the due ones."""

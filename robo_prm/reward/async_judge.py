@@ -20,7 +20,9 @@ resolved later, every listener gets `(step id, final rewards, provisional reward
 rollout buffers of `relabel.py` put the final rewards into the stored rows. Env steps never wait on the model, except:
 a step of an episode being recorded with reasons (`explain`) first resolves every pending step and is
 then judged synchronously (`async_explain_syncs`); a step that finds the queue full waits for room
-(`async_queue_full_waits`); `flush()` (reset, checkpoint, end of a PPO rollout) waits for everything.
+(`async_queue_full_waits`); a step that finds more than `reward.async_max_lag` steps unresolved waits for the
+oldest (`async_lag_waits`: a judge slower than the envs sets the pace instead of leaving SAC's newest rows
+unjudged for thousands of steps); `flush()` (reset, checkpoint, end of a PPO rollout) waits for everything.
 
 The judge is shared by the worker and the main thread (evaluation, explained steps): `LockedJudge`
 serialises its calls.
@@ -186,7 +188,9 @@ class AsyncJudging:
         self.stat_sources: list[Callable[[], dict]] = []
         self.steps = self.provisional_steps = self.relabelled = self.explain_syncs = 0
         self.speculative = self.late_judged = self.max_pending = self.deferred = self.deferred_sent = 0
-        self.deferred_skipped = 0
+        self.deferred_skipped = self.lag_waits = 0
+        self.lag_wait_s = 0.0
+        self.max_lag = cfg.async_max_lag
         self._inflight: deque = deque()  # (step id, text, features) of judged scenes of unresolved steps
         self._texts: Counter = Counter()
         self._matrix: np.ndarray | None = None
@@ -217,6 +221,11 @@ class AsyncJudging:
         self.pending.append(step)
         self.max_pending = max(self.max_pending, len(self.pending))
         final = self._drain(upto=step, infos=infos)
+        if final is None and self.max_lag and len(self.pending) > self.max_lag:  # too far behind: wait for the front
+            t0 = time.perf_counter()
+            self.lag_waits += 1
+            final = self._drain(upto=step, infos=infos, block=True, keep=self.max_lag)
+            self.lag_wait_s += time.perf_counter() - t0
         if final is not None:
             return self._mark(final, step, infos, pending=False)
         step.provisional = blend.provisional(step, infos)
@@ -231,9 +240,10 @@ class AsyncJudging:
             info["reward_pending"] = pending
         return rewards
 
-    def _drain(self, upto=None, infos=None, block: bool = False) -> np.ndarray | None:
-        """Resolve pending steps from the front while their judgements are back (all of them with `block`).
-        Returns the final rewards of `upto` when it was resolved here (its infos get the final terms)."""
+    def _drain(self, upto=None, infos=None, block: bool = False, keep: int = 0) -> np.ndarray | None:
+        """Resolve pending steps from the front while their judgements are back (with `block`, waiting for them
+        until at most `keep` steps are left pending). Returns the final rewards of `upto` when it was resolved here
+        (its infos get the final terms)."""
         blend = self.blend
         while self.pending:
             step = self.pending[0]
@@ -251,7 +261,7 @@ class AsyncJudging:
                         self.deferred_sent += 1
             tickets = list(step.tickets.values())
             if not all(t.settled for t in tickets):
-                if not block:
+                if not block or len(self.pending) <= keep:
                     return None
                 self.worker.wait(tickets)
             self.pending.popleft()
@@ -309,8 +319,9 @@ class AsyncJudging:
         (cache misses at resolution with no worker answer, judged on the main thread), async_max_pending,
         async_worker_batches / _scenes / _busy_s, async_dropped (scenes pushed out of the full queue with
         `async_overflow: drop`: their steps held the last judgement), async_deferred_skipped (with drop: deferred
-        scenes the cache could not answer after all, skipped rather than sent while the line waited); then what the
-        buffers report (relabel_*)."""
+        scenes the cache could not answer after all, skipped rather than sent while the line waited), async_lag_waits /
+        _wait_s (steps that found more than `async_max_lag` steps unresolved and waited for the oldest, and the
+        seconds spent so); then what the buffers report (relabel_*)."""
         w = self.worker
         out = {"async_steps": self.steps, "async_provisional_steps": self.provisional_steps,
                "async_relabelled": self.relabelled, "async_explain_syncs": self.explain_syncs,
@@ -318,7 +329,8 @@ class AsyncJudging:
                "async_late_judged": self.late_judged, "async_max_pending": self.max_pending,
                "async_deferred": self.deferred, "async_deferred_sent": self.deferred_sent,
                "async_worker_batches": w.batches, "async_worker_scenes": w.scenes, "async_worker_busy_s": w.busy_s,
-               "async_dropped": w.dropped, "async_deferred_skipped": self.deferred_skipped}
+               "async_dropped": w.dropped, "async_deferred_skipped": self.deferred_skipped,
+               "async_lag_waits": self.lag_waits, "async_lag_wait_s": self.lag_wait_s}
         for source in self.stat_sources:
             out.update(source())
         return out
