@@ -4,17 +4,22 @@ Kept as rows alone (train/demos.py), 50 scripted episodes barely move SAC on pla
 learn their value before the actor follows them, and SAC's first `learning_starts` steps act at random. These pieces
 use the demonstrations' actions too, all outside SAC's own training loop:
 
-* `StandardizedObs`: the policy's and critics' inputs standardised with the demos' statistics. The observation
-  mixes table-scale positions with centimetre offsets and constant slots; unscaled, the same 4k-step clone of
-  place_cup_in_bin's expert succeeds in 0 of 30 episodes, standardised in 30 of 30 (benchmarks/clone_check.py).
-  The statistics are buffers of the features extractor, so they are saved in policy.pth and a loaded policy
-  reads observations the same way.
-* `clone_actor` (`demo_bc.pretrain_steps`): before learning, the actor's Gaussian is fitted to the demos in
-  pre-tanh space by squared error: mean → atanh of the demo action (clipped to ±`SQUASH_CLIP`, so a saturated
-  action stays finite; the same loss on the squashed action fitted worse: on raw inputs 0.041 action MSE after
-  5k steps against 0.019 after 3k here), log-σ → log `demo_bc.std` (a fixed exploration width: the residual of a
-  scripted expert is ~0, and a collapsed σ leaves SAC nothing to explore with). The cloned actor acts from
-  `demo_bc.learning_starts` on.
+* `StandardizedObs`: the policy's and critics' inputs standardised with the demos' statistics and clipped to
+  ±`CLIP` (SB3's VecNormalize clips at 10 too). The observation mixes table-scale positions with centimetre
+  offsets and constant slots; unscaled, the same 4k-step clone of place_cup_in_bin's expert succeeds in 0 of 30
+  episodes, standardised in 30 of 30 (benchmarks/clone_check.py). The scale of a slot is floored at `MIN_STD`
+  (1 mm): small enough that the slots which barely move in the demos still count (a held cup's few-milliradian
+  tilt, the fingers' width), while the clip keeps a slot the demos never move (an absent object, a cup that only
+  ever stood) from blowing up when it does move. The statistics are buffers of the features extractor, so they
+  are saved in policy.pth and a loaded policy reads observations the same way.
+* `clone_actor` (`demo_bc.pretrain_steps`): before learning, the actor's Gaussian is fitted to the demos: its
+  squashed mean tanh(μ) to the demo action by squared error, log-σ to log `demo_bc.std` (a fixed exploration
+  width: the residual of a scripted expert is ~0, and a collapsed σ leaves SAC nothing to explore with). The
+  cloned actor acts from `demo_bc.learning_starts` on. Why the squashed action and the low floor: on tidy_table
+  (three pick-and-places), the actor fitted in pre-tanh space (μ → atanh of the action clipped to ±0.97) with a
+  5 cm floor succeeded in 0 of 30 episodes, squashed with a 1 mm floor and the clip in 24 % (3 fits; 0.03–0.53
+  — most expert actions are saturated at ±1, and a pre-tanh loss spends the fit on hitting atanh(0.97) there
+  rather than on the fine moves near a grasp; session-12 grid in docs/BENCHMARKS.md).
 * `DemoBCCallback`: for `demo_bc.critic_warmup` steps after `learning_starts` the actor is held still while SAC's
   critics learn the clone's values (released at once, an untrained critic's gradient wiped the clone out within
   1k updates); then (`demo_bc.weight`), after every SAC update, one actor step on the Q-filtered behaviour-cloning
@@ -31,8 +36,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
-SQUASH_CLIP = 0.97  # atanh(0.97) ≈ 2.09: a demo action at the bound becomes a finite pre-tanh target
-MIN_STD = 0.05  # floor of a slot's scale: a slot the demos never move (an absent object) is not blown up
+MIN_STD = 1e-3  # floor of a slot's scale (module doc)
+CLIP = 10.0  # bound of a standardised input: a slot the demos never moved reads ±CLIP when it moves
 
 
 class StandardizedObs(BaseFeaturesExtractor):
@@ -44,7 +49,7 @@ class StandardizedObs(BaseFeaturesExtractor):
         self.register_buffer("std", th.ones(self.features_dim))
 
     def forward(self, observations: th.Tensor) -> th.Tensor:
-        return (th.flatten(observations, start_dim=1) - self.mean) / self.std
+        return ((th.flatten(observations, start_dim=1) - self.mean) / self.std).clamp(-CLIP, CLIP)
 
 
 def standardize_inputs(model) -> None:
@@ -79,8 +84,7 @@ def clone_actor(model, steps: int, std: float, batch_size: int = 256, lr: float 
     for i in range(steps):
         batch = demos.sample(batch_size)
         mean, log_std, _ = actor.get_action_dist_params(batch.observations)
-        goal = th.atanh(batch.actions.clamp(-SQUASH_CLIP, SQUASH_CLIP))
-        loss = ((mean - goal) ** 2).mean() + ((log_std - target_log_std) ** 2).mean()
+        loss = ((th.tanh(mean) - batch.actions) ** 2).mean() + ((log_std - target_log_std) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -1,0 +1,86 @@
+"""How well SAC's own actor clones each task's scripted expert under `demo_bc`'s choices (robo_prm/train/bc.py):
+the loss (the squashed action, or the pre-tanh mean against atanh of the action clipped to ±0.97), the floor of a
+slot's scale in `StandardizedObs`, and the clip of a standardised input.
+
+    python benchmarks/clone_actor.py --tasks tidy_table --specs squashed:0.001:10:5000,atanh:0.05:0:5000
+
+A spec is LOSS:FLOOR:CLIP:STEPS (CLIP 0: none). For each, three fits (torch seeds 0, 1, 2) of an SB3 SAC actor on
+the inputs standardised as `standardize_inputs` does, to `--demos` scripted episodes (seeds 0..N−1, every episode
+kept, as `--demos N` keeps them), each run deterministically on 30 fresh seeds (1000 on). One JSON line per task
+and spec, appended to benchmarks/results/clone_actor.jsonl. benchmarks/clone_check.py is the same question for a
+plain MLP.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch as th
+
+OUT = Path(__file__).resolve().parent / "results" / "clone_actor.jsonl"
+
+
+def fit_and_run(env, rows, loss_kind: str, floor: float, clip: float, steps: int, seed: int, episodes: int) -> float:
+    from stable_baselines3 import SAC
+
+    import robo_prm.train.bc as bc
+    from robo_prm.envs.rollout import rollout
+    from robo_prm.train.demos import DemoReplayBuffer
+
+    bc.MIN_STD, bc.CLIP = floor, (clip or float("inf"))
+    model = SAC("MlpPolicy", env, replay_buffer_class=DemoReplayBuffer, seed=seed, device="cpu",
+                policy_kwargs={"features_extractor_class": bc.StandardizedObs})
+    model.replay_buffer.add_demos(rows)
+    bc.standardize_inputs(model)
+    actor, log_sigma = model.actor, float(np.log(0.3))
+    opt = th.optim.Adam(actor.parameters(), lr=1e-3)
+    actor.set_training_mode(True)
+    for _ in range(steps):
+        batch = model.replay_buffer.demos.sample(256)
+        mean, log_std, _ = actor.get_action_dist_params(batch.observations)
+        if loss_kind == "squashed":
+            loss = ((th.tanh(mean) - batch.actions) ** 2).mean()
+        else:
+            loss = ((mean - th.atanh(batch.actions.clamp(-0.97, 0.97))) ** 2).mean()
+        loss = loss + ((log_std - log_sigma) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    actor.set_training_mode(False)
+    policy = lambda obs: model.predict(obs, deterministic=True)[0]  # noqa: E731
+    return sum(rollout(env, policy, s).success for s in range(1000, 1000 + episodes)) / episodes
+
+
+def main() -> None:
+    import clone_check
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default="tidy_table")
+    ap.add_argument("--specs", default="squashed:0.001:10:5000,atanh:0.05:0:5000")
+    ap.add_argument("--demos", type=int, default=50)
+    ap.add_argument("--episodes", type=int, default=30)
+    args = ap.parse_args()
+    th.set_num_threads(1)
+    for task in args.tasks.split(","):
+        env, obs, actions, expert_success = clone_check.demos(task, args.demos)
+        rows = [(o, o, a, 0.0, False, {}) for o, a in zip(obs, actions)]
+        for spec in args.specs.split(","):
+            loss_kind, floor, clip, steps = spec.split(":")
+            t0 = time.perf_counter()
+            success = [fit_and_run(env, rows, loss_kind, float(floor), float(clip), int(steps), seed, args.episodes)
+                       for seed in (0, 1, 2)]
+            row = {"task": task, "loss": loss_kind, "floor": float(floor), "clip": float(clip), "steps": int(steps),
+                   "demos": args.demos, "expert_success": expert_success, "episodes": args.episodes,
+                   "clone_success": success, "mean": round(float(np.mean(success)), 3),
+                   "wall_s": round(time.perf_counter() - t0, 1), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            print(json.dumps(row), flush=True)
+            with OUT.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+        env.close()
+
+
+if __name__ == "__main__":
+    main()
