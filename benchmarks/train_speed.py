@@ -11,7 +11,8 @@ no evaluation during training, no recordings, no checkpoints):
   llm_async  the same with `--reward.async true` (judge worker thread at niceness 10, relabelled buffers)
   (with `--variants`, details file only: llm_async_nice0, the worker at the training thread's priority;
    llm_async_ring, `--reward.async_overflow drop --reward.async_queue 32`: scenes the judge cannot keep up
-   with are skipped, not waited for — the row's judge stats hold async_dropped and async_worker_scenes)
+   with are skipped, not waited for — the row's judge stats hold async_dropped and async_worker_scenes;
+   llm_async_unbounded, `--reward.async_max_lag 0 --reward.async_sample any`: async as it was before session 12)
 for SAC (1 env) and PPO with 8 envs ("ppo8"). Steps/s = env steps of `model.learn` over its wall time
 (the async variant's final flush included). Rounds alternate the variant order (env, sync, async, then
 async, sync, env, …) so a drift of the shared machine's load hits every variant alike; the figures are
@@ -39,7 +40,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 VARIANTS = {"env": ["--reward_source", "env"], "llm_sync": [], "llm_async": ["--reward.async", "true"]}
 EXTRA_VARIANTS = {"llm_async_nice0": ["--reward.async", "true", "--reward.async_nice", "0"],  # details only
                   # the write-up's ring buffer: a full queue skips its oldest mid-episode scene instead of waiting
-                  "llm_async_ring": ["--reward.async", "true", "--reward.async_overflow", "drop", "--reward.async_queue", "32"]}
+                  "llm_async_ring": ["--reward.async", "true", "--reward.async_overflow", "drop", "--reward.async_queue", "32"],
+                  # before session 12: no bound on the line of unresolved steps, SAC trained on rows still waiting
+                  "llm_async_unbounded": ["--reward.async", "true", "--reward.async_max_lag", "0", "--reward.async_sample", "any"]}
 ALGOS = {"sac": ["--algo", "sac"], "ppo8": ["--algo", "ppo", "--n_envs", "8"]}
 COMMON = ["--task", "reach_tool", "--eval.every_steps", "0", "--eval.episodes", "1", "--eval.record", "0",
           "--record.every_episodes", "0", "--checkpoint_every", "0", "--progress_bar", "false"]
