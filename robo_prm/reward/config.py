@@ -53,7 +53,7 @@ class RewardConfig:
     async_batch: int = opt(8, min=1, help="async: scenes per judge call of the worker")
     # Why a bound: on a loaded 2-core machine the worker fell 12,000 steps behind in a 20k-step reach_tool run;
     # with async_sample resolved SAC then trained on its first 8k steps for most of the run (0.10 success vs 0.80).
-    async_max_lag: int = opt(1000, min=0, help="async: a step that finds more than this many steps still waiting for "
+    async_max_lag: int = opt(2000, min=0, help="async: a step that finds more than this many steps still waiting for "
                                                "their judgements waits for the oldest (async_lag_waits); 0: no bound")
     # Why resolved: a provisional row's progress term is the held judgement (0 at γ = 1); trained on, the
     # zeros cost async 0.09 success at 20k steps on reach_tool when the worker fell behind (docs/BENCHMARKS.md).
