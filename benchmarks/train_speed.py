@@ -13,7 +13,8 @@ no evaluation during training, no recordings, no checkpoints):
    llm_async_ring, `--reward.async_overflow drop --reward.async_queue 32`: scenes the judge cannot keep up
    with are skipped, not waited for — the row's judge stats hold async_dropped and async_worker_scenes;
    llm_async_unbounded, `--reward.async_max_lag 0 --reward.async_sample any`: async as it was before session 12)
-for SAC (1 env) and PPO with 8 envs ("ppo8"). Steps/s = env steps of `model.learn` over its wall time
+for SAC (1 env) and PPO with 8 envs ("ppo8"); `--algos` may add SAC with 2 envs in one process ("sac_n2") or in
+subprocesses ("sac_n2_subproc", "sac_n4_subproc"; the details file only). Steps/s = env steps of `model.learn` over its wall time
 (the async variant's final flush included). Rounds alternate the variant order (env, sync, async, then
 async, sync, env, …) so a drift of the shared machine's load hits every variant alike; the figures are
 means over rounds. Every finished variant is appended to benchmarks/results/train_speed_runs.jsonl and
@@ -44,6 +45,11 @@ EXTRA_VARIANTS = {"llm_async_nice0": ["--reward.async", "true", "--reward.async_
                   # before session 12: no bound on the line of unresolved steps, SAC trained on rows still waiting
                   "llm_async_unbounded": ["--reward.async", "true", "--reward.async_max_lag", "0", "--reward.async_sample", "any"]}
 ALGOS = {"sac": ["--algo", "sac"], "ppo8": ["--algo", "ppo", "--n_envs", "8"]}
+# issue 15's steps/s against n_envs (SAC, gradient steps = n_envs per vector step: the same updates per env step);
+# details file only, with `--algos`
+EXTRA_ALGOS = {"sac_n2": ["--algo", "sac", "--n_envs", "2"],
+               "sac_n2_subproc": ["--algo", "sac", "--n_envs", "2", "--vec_env", "subproc"],
+               "sac_n4_subproc": ["--algo", "sac", "--n_envs", "4", "--vec_env", "subproc"]}
 COMMON = ["--task", "reach_tool", "--eval.every_steps", "0", "--eval.episodes", "1", "--eval.record", "0",
           "--record.every_episodes", "0", "--checkpoint_every", "0", "--progress_bar", "false"]
 
@@ -157,12 +163,12 @@ def summarize(rows: list[dict], prov: dict) -> tuple[dict, dict]:
              and r.get("threads") == rows_threads(rows)]
     every = {algo: {v: round(mean(x), 2) for v in {**VARIANTS, **EXTRA_VARIANTS}
                     if (x := [r["sps"] for r in rows if r.get("algo") == algo and r.get("variant") == v])}
-             for algo in ALGOS}
+             for algo in {**ALGOS, **EXTRA_ALGOS}}
     if judge:
         out["judge_batch"] = {b: round(mean([r[b] for r in judge]), 2) for b in ("1", "8")}
     out["provenance"] = {**prov, "load_at_end": round(os.getloadavg()[0], 2)}
     ratios = {algo: {v: round(x / every[algo]["env"], 3) for v, x in every[algo].items()}
-              for algo in ALGOS if "env" in every[algo]}
+              for algo in every if "env" in every[algo]}
     batches = {}
     for r in rows:
         if r.get("kind") == "judge":
@@ -179,7 +185,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--judge_n", type=int, default=32, help="scenes per judge_batch measurement")
-    ap.add_argument("--algos", default=",".join(ALGOS), help="comma-separated; empty: only the judge_batch rows")
+    ap.add_argument("--algos", default=",".join(ALGOS), help=f"comma-separated, of {', '.join({**ALGOS, **EXTRA_ALGOS})}; "
+                                                            "empty: only the judge_batch rows")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join({**VARIANTS, **EXTRA_VARIANTS})}")
     ap.add_argument("--reuse_train_rows", action="store_true",
                     help="start from the train rows already in train_speed_runs.jsonl (a judge-only rerun)")
@@ -221,10 +228,10 @@ def main() -> None:
     for rnd in range(args.rounds):
         order = variants if rnd % 2 == 0 else variants[::-1]
         for algo in [a for a in args.algos.split(",") if a]:
-            steps = args.sac_steps if algo == "sac" else args.ppo_steps
+            steps = args.ppo_steps if algo == "ppo8" else args.sac_steps
             for v in order:
                 name = f"{algo}_{v}_r{rnd}"
-                argv = [*COMMON, *ALGOS[algo], *{**VARIANTS, **EXTRA_VARIANTS}[v], "--steps", str(steps), "--seed", str(args.seed),
+                argv = [*COMMON, *{**ALGOS, **EXTRA_ALGOS}[algo], *{**VARIANTS, **EXTRA_VARIANTS}[v], "--steps", str(steps), "--seed", str(args.seed),
                         "--runs_dir", args.runs_dir, "--run_name", name, *args.extra.split()]
                 row = spawn(["--child", json.dumps(argv)])
                 record({"kind": "train", "algo": algo, "variant": v, "round": rnd, "argv": argv, **row})
