@@ -8,18 +8,19 @@ use the demonstrations' actions too, all outside SAC's own training loop:
   ±`CLIP` (SB3's VecNormalize clips at 10 too). The observation mixes table-scale positions with centimetre
   offsets and constant slots; unscaled, the same 4k-step clone of place_cup_in_bin's expert succeeds in 0 of 30
   episodes, standardised in 30 of 30 (benchmarks/clone_check.py). The scale of a slot is floored at `MIN_STD`
-  (1 mm): small enough that the slots which barely move in the demos still count (a held cup's few-milliradian
-  tilt, the fingers' width), while the clip keeps a slot the demos never move (an absent object, a cup that only
-  ever stood) from blowing up when it does move. The statistics are buffers of the features extractor, so they
-  are saved in policy.pth and a loaded policy reads observations the same way.
+  (5 cm), so a slot the demos never move (an absent object, a cup that only ever stood) is not blown up when it
+  does move; a 1 mm floor cloned tidy_table no better (0.24 vs 0.32, 3 fits each) and one of three place_cup_in_bin
+  runs with it collapsed to 0.0 at the end (the critics read a tilt of a few degrees as ±10). The statistics are
+  buffers of the features extractor, so they are saved in policy.pth and a loaded policy reads observations the
+  same way.
 * `clone_actor` (`demo_bc.pretrain_steps`): before learning, the actor's Gaussian is fitted to the demos: its
   squashed mean tanh(μ) to the demo action by squared error, log-σ to log `demo_bc.std` (a fixed exploration
   width: the residual of a scripted expert is ~0, and a collapsed σ leaves SAC nothing to explore with). The
-  cloned actor acts from `demo_bc.learning_starts` on. Why the squashed action and the low floor: on tidy_table
-  (three pick-and-places), the actor fitted in pre-tanh space (μ → atanh of the action clipped to ±0.97) with a
-  5 cm floor succeeded in 0 of 30 episodes, squashed with a 1 mm floor and the clip in 24 % (3 fits; 0.03–0.53
-  — most expert actions are saturated at ±1, and a pre-tanh loss spends the fit on hitting atanh(0.97) there
-  rather than on the fine moves near a grasp; session-12 grid in docs/BENCHMARKS.md).
+  cloned actor acts from `demo_bc.learning_starts` on. Why the squashed action: on tidy_table (three
+  pick-and-places) the actor fitted in pre-tanh space (μ → atanh of the action clipped to ±0.97) succeeded in
+  3 % of episodes (3 fits, benchmarks/clone_actor.py), fitted to the squashed action in 32 % (0.20–0.40) — most
+  expert actions are saturated at ±1, and a pre-tanh loss spends the fit on hitting atanh(0.97) there rather
+  than on the fine moves near a grasp; place_cup_in_bin 0.91 → 1.00, push_tool_from_edge 1.00 either way.
 * `DemoBCCallback`: for `demo_bc.critic_warmup` steps after `learning_starts` the actor is held still while SAC's
   critics learn the clone's values (released at once, an untrained critic's gradient wiped the clone out within
   1k updates); then (`demo_bc.weight`), after every SAC update, one actor step on the Q-filtered behaviour-cloning
@@ -36,8 +37,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
-MIN_STD = 1e-3  # floor of a slot's scale (module doc)
-CLIP = 10.0  # bound of a standardised input: a slot the demos never moved reads ±CLIP when it moves
+MIN_STD = 0.05  # floor of a slot's scale (module doc)
+CLIP = 10.0  # bound of a standardised input: a slot the demos never moved reads ±CLIP once it moves by CLIP × MIN_STD
 
 
 class StandardizedObs(BaseFeaturesExtractor):
