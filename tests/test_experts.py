@@ -193,3 +193,25 @@ def test_run_expert_reports_rate_and_length():
     r = run_expert("reach_tool", episodes=3, seed=0)
     assert r["successes"] == 3 and r["success_rate"] == 1.0 and r["episodes"] == 3
     assert r["mean_length"] == pytest.approx(np.mean(r["lengths"])) and all(1 < n < 50 for n in r["lengths"])
+
+
+def test_an_expert_reset_mid_carry_takes_over_and_one_at_the_goal_stays_put(make_env):
+    """The expert re-plans from the state: a fresh one finds the cup already held and carries it on (no second
+    approach); at the goal its plan is done and it only holds still with the fingers open."""
+    from robo_prm.envs.scene import TABLE_TOP_Z
+
+    env = make_env("place_cup_in_bin", describe=False)
+    expert, u = ScriptedExpert(env), env.unwrapped
+    obs, info = env.reset(seed=0)
+    for _ in range(60):  # until the cup is held above the table
+        obs, _, _, _, info = env.step(expert())
+        cup = u.scene_state.objects["cup0"]
+        if cup.fingers_touching >= 2 and cup.pos[2] > TABLE_TOP_Z + 0.08:
+            break
+    else:
+        pytest.fail("the expert never lifted the cup")
+    taken_over = rollout(env, ScriptedExpert(env), None, start=(obs, info))
+    assert taken_over.success
+    assert all(a[3] < 0 for a in taken_over.actions[:5])  # it keeps the fingers closed: no fresh approach
+    idle = ScriptedExpert(env)()
+    np.testing.assert_array_equal(idle, np.array([0.0, 0.0, 0.0, 1.0], np.float32))
