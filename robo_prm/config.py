@@ -63,6 +63,10 @@ class DemoBCConfig:
     std: float = opt(0.3, gt=0.0, help="exploration width (pre-tanh σ) the cloned actor starts with")
     weight: float = opt(10.0, min=0.0, help="after each SAC update, an actor step on this weight × the Q-filtered "
                                             "behaviour-cloning loss on a demo batch (0: none)")
+    # Why a switch: on tidy_table only ~10 % of demo rows passed the filter right after the actor's release (the
+    # clone's actions are close to the demos', so an untrained critic's noise decides), and the clone collapsed.
+    q_filter: bool = opt(True, "apply the BC step only where the critic rates the demo's action above the actor's "
+                               "(Nair et al.); false: on every demo row")
     critic_warmup: int = opt(2_000, min=0, help="env steps after learning_starts during which SAC updates the critic only "
                                                 "and the cloned actor is held still")
     learning_starts: int = opt(1_000, min=0, help="SAC's learning_starts when cloning (replaces sac.learning_starts: "

@@ -97,6 +97,25 @@ def test_the_actor_is_held_during_the_critic_warmup_and_then_pulled_toward_the_d
     venv.close()
 
 
+def test_without_the_q_filter_every_demo_row_pulls(tmp_path):
+    cfg, venv, model, rows = _model_with_demos(tmp_path)
+    standardize_inputs(model)
+    cb = DemoBCCallback(weight=10.0, critic_warmup=0, q_filter=False)
+    cb.init_callback(model)
+    model.num_timesteps = model.learning_starts + 1
+    model.critic.forward = lambda *a, **k: pytest.fail("the critic is not asked without the filter")
+    obs = th.as_tensor(np.stack([r[0] for r in rows]))
+    actions = th.as_tensor(np.stack([r[2] for r in rows]))
+    with th.no_grad():
+        before = float(((model.actor(obs, deterministic=True) - actions) ** 2).mean())
+    for _ in range(30):
+        cb.on_step()
+    with th.no_grad():
+        after = float(((model.actor(obs, deterministic=True) - actions) ** 2).mean())
+    assert cb.steps == 30 and after < 0.8 * before
+    venv.close()
+
+
 def test_sac_trains_from_a_clone_and_a_loaded_policy_reads_inputs_the_same_way(tmp_path):
     run = train(_cfg(tmp_path))
     demos = json.loads((run / "demos.json").read_text())

@@ -102,9 +102,9 @@ class DemoBCCallback(BaseCallback):
     """Holds the cloned actor still while the critic warms up, then one Q-filtered behaviour-cloning step of the
     actor after each SAC update (module doc)."""
 
-    def __init__(self, weight: float, critic_warmup: int = 0, batch_size: int = 128):
+    def __init__(self, weight: float, critic_warmup: int = 0, batch_size: int = 128, q_filter: bool = True):
         super().__init__()
-        self.weight, self.critic_warmup, self.batch_size = weight, critic_warmup, batch_size
+        self.weight, self.critic_warmup, self.batch_size, self.q_filter = weight, critic_warmup, batch_size, q_filter
         self.steps = 0
         self._held: bool | None = None
 
@@ -120,9 +120,12 @@ class DemoBCCallback(BaseCallback):
         obs, demo_action = batch.observations, batch.actions
         actor = model.actor
         with th.no_grad():
-            q_demo = th.min(th.cat(model.critic(obs, demo_action), dim=1), dim=1).values
-            q_actor = th.min(th.cat(model.critic(obs, actor(obs, deterministic=True)), dim=1), dim=1).values
-            keep = (q_demo > q_actor).float()
+            if self.q_filter:
+                q_demo = th.min(th.cat(model.critic(obs, demo_action), dim=1), dim=1).values
+                q_actor = th.min(th.cat(model.critic(obs, actor(obs, deterministic=True)), dim=1), dim=1).values
+                keep = (q_demo > q_actor).float()
+            else:
+                keep = th.ones(len(obs), device=obs.device)
         action = actor(obs, deterministic=True)
         per_row = ((action - demo_action) ** 2).sum(dim=1)
         loss = self.weight * (keep * per_row).sum() / max(1.0, float(keep.sum()))

@@ -121,7 +121,7 @@ def _callbacks(cfg: TrainConfig, task, run_dir: Path, run: str, start_episode: i
     """The training callbacks by role; checkpoints carry the recorder's episode counter and the curriculum's width
     (`resumed`: the state.json of the checkpoint a resumed run starts from)."""
     cb = {"stats": RewardLogger(), "eval": EvalEvery(task, cfg, run_dir / "eval", run), "recorder": None, "curriculum": None,
-          "bc": DemoBCCallback(cfg.demo_bc.weight, cfg.demo_bc.critic_warmup) if cfg.demo_bc.enabled else None}
+          "bc": DemoBCCallback(cfg.demo_bc.weight, cfg.demo_bc.critic_warmup, q_filter=cfg.demo_bc.q_filter) if cfg.demo_bc.enabled else None}
     if cfg.record.every_episodes > 0:
         cb["recorder"] = EpisodeRecorder(run_dir / "episodes", task, cfg.record.every_episodes, run, cfg.algo, cfg.record.explain,
                                          start_episode)
