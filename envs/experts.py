@@ -76,7 +76,7 @@ class ScriptedExpert:
     def reset(self):
         """Start the plan again from the state the env is in whenever the expert next acts: steps whose object is
         already in its place are skipped, and a pick-and-place whose object is already held starts at the lift — so
-        an expert reset mid-episode takes over from wherever another policy left the scene (takeover demos)."""
+        an expert reset mid-episode takes over from wherever another policy left the scene."""
         self._stage = 0
         self._queue: list[Waypoint] = []
         self._held = 0
