@@ -2,7 +2,7 @@
 the loss (the squashed action, or the pre-tanh mean against atanh of the action clipped to ±0.97), the floor of a
 slot's scale in `StandardizedObs`, and the clip of a standardised input.
 
-    python benchmarks/clone_actor.py --tasks tidy_table --specs squashed:0.001:10:5000,atanh:0.05:0:5000
+    python benchmarks/clone_actor.py --tasks tidy_table --specs squashed:0.05:10:5000,atanh:0.05:0:5000
 
 A spec is LOSS:FLOOR:CLIP:STEPS (CLIP 0: none). For each, three fits (torch seeds 0, 1, 2) of an SB3 SAC actor on
 the inputs standardised as `standardize_inputs` does, to `--demos` scripted episodes (seeds 0..N−1, every episode
@@ -30,28 +30,33 @@ def fit_and_run(env, rows, loss_kind: str, floor: float, clip: float, steps: int
     from robo_prm.envs.rollout import rollout
     from robo_prm.train.demos import DemoReplayBuffer
 
+    if loss_kind not in ("squashed", "atanh"):
+        raise SystemExit(f"unknown loss {loss_kind!r} (squashed, atanh)")
     bc.MIN_STD, bc.CLIP = floor, (clip or float("inf"))
     model = SAC("MlpPolicy", env, replay_buffer_class=DemoReplayBuffer, seed=seed, device="cpu",
                 policy_kwargs={"features_extractor_class": bc.StandardizedObs})
     model.replay_buffer.add_demos(rows)
     bc.standardize_inputs(model)
-    actor, log_sigma = model.actor, float(np.log(0.3))
+    if loss_kind == "squashed":  # the shipped clone
+        bc.clone_actor(model, steps, std=0.3)
+    else:  # session 11's: the pre-tanh mean against atanh of the action clipped to ±0.97
+        _clone_pre_tanh(model, steps)
+    policy = lambda obs: model.predict(obs, deterministic=True)[0]  # noqa: E731
+    return sum(rollout(env, policy, s).success for s in range(1000, 1000 + episodes)) / episodes
+
+
+def _clone_pre_tanh(model, steps: int, std: float = 0.3) -> None:
+    demos, actor = model.replay_buffer.demos, model.actor
     opt = th.optim.Adam(actor.parameters(), lr=1e-3)
     actor.set_training_mode(True)
     for _ in range(steps):
-        batch = model.replay_buffer.demos.sample(256)
+        batch = demos.sample(256)
         mean, log_std, _ = actor.get_action_dist_params(batch.observations)
-        if loss_kind == "squashed":
-            loss = ((th.tanh(mean) - batch.actions) ** 2).mean()
-        else:
-            loss = ((mean - th.atanh(batch.actions.clamp(-0.97, 0.97))) ** 2).mean()
-        loss = loss + ((log_std - log_sigma) ** 2).mean()
+        loss = ((mean - th.atanh(batch.actions.clamp(-0.97, 0.97))) ** 2).mean() + ((log_std - np.log(std)) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
     actor.set_training_mode(False)
-    policy = lambda obs: model.predict(obs, deterministic=True)[0]  # noqa: E731
-    return sum(rollout(env, policy, s).success for s in range(1000, 1000 + episodes)) / episodes
 
 
 def main() -> None:
@@ -59,7 +64,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default="tidy_table")
-    ap.add_argument("--specs", default="squashed:0.001:10:5000,atanh:0.05:0:5000")
+    ap.add_argument("--specs", default="squashed:0.05:10:5000,atanh:0.05:0:5000")
     ap.add_argument("--demos", type=int, default=50)
     ap.add_argument("--episodes", type=int, default=30)
     args = ap.parse_args()

@@ -54,8 +54,8 @@ class RewardConfig:
     # Why a bound, and why 1000: on a loaded 2-core machine an unbounded worker fell 12,000 steps behind in a 20k-step
     # reach_tool run (resolved-only batches then drew on its first 8k steps: 0.10 success vs 0.80 sync). At 1000,
     # 3 seeds: 0.88 vs sync 0.84; at 2000: 0.76, SAC's first ~570 updates found no resolved row and drew pending
-    # ones. The price: a 3k-step run starts with a cold cache and waits ~4 s at the bound (0.82x env-only speed
-    # there, 0.96x at 2000; docs/BENCHMARKS.md, session 12).
+    # ones. The price: in a 3k-step run 5 steps waited 4.5 s at the bound (0.82x env-only speed there, 0.96x at
+    # 2000; docs/BENCHMARKS.md, session 12).
     async_max_lag: int = opt(1000, min=0, help="async: a step that finds more than this many steps still waiting for "
                                                "their judgements waits for the oldest (async_lag_waits); 0: no bound")
     # Why resolved: a provisional row's progress term is the held judgement (0 at γ = 1); trained on, the

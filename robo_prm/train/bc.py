@@ -10,7 +10,7 @@ use the demonstrations' actions too, all outside SAC's own training loop:
   episodes, standardised in 30 of 30 (benchmarks/clone_check.py). The scale of a slot is floored at `MIN_STD`
   (5 cm), so a slot the demos never move (an absent object, a cup that only ever stood) is not blown up when it
   does move; a 1 mm floor cloned tidy_table no better (0.24 vs 0.32, 3 fits each) and one of three place_cup_in_bin
-  runs with it collapsed to 0.0 at the end (the critics read a tilt of a few degrees as ±10). The statistics are
+  runs with it collapsed to 0.0 at the end (with it a cup's tilt of ~2° reads ±10: a likely cause, not shown). The statistics are
   buffers of the features extractor, so they are saved in policy.pth and a loaded policy reads observations the
   same way.
 * `clone_actor` (`demo_bc.pretrain_steps`): before learning, the actor's Gaussian is fitted to the demos: its
@@ -26,8 +26,8 @@ use the demonstrations' actions too, all outside SAC's own training loop:
   1k updates); then (`demo_bc.weight`), after every SAC update, one actor step on the Q-filtered behaviour-cloning
   loss of Nair et al. (2018, "Overcoming Exploration in RL with Demonstrations"): on a batch of demo rows,
   ‖π(s) − a_demo‖² where the critic rates the demo's action above the actor's, so the pull toward the demos
-  switches itself off where the agent has found better. Its share of demo rows that passed the filter is
-  logged (`train/bc_q_filter_pass`), with the loss (`train/bc_loss`).
+  switches itself off where the agent has found better (`demo_bc.q_filter false`: on every demo row). Its share
+  of demo rows that passed the filter is logged (`train/bc_q_filter_pass`), with the loss (`train/bc_loss`).
 """
 from __future__ import annotations
 
