@@ -26,6 +26,8 @@ Variants (docs/LEARNING.md):
   llm               the default: blended reward, bundled LLM judge
   llm_no_safety     the default without the safety term (`--reward.safety_weight 0`)
   llm_demos         the default + 50 scripted demonstrations (`--demos 50`)
+  llm_demos_bc      the default + 50 demonstrations + the clone, warm-up and Q-filtered BC (`--demo_bc.pretrain_steps 5000`)
+  llm_demos_no_safety, llm_demos_bc_no_safety, sparse_demos_bc   the same aids without the safety term / on the sparse reward
   llm_curriculum    the default + curriculum of start states (`--curriculum.enabled true`)
   llm_no_novelty    the default without the count-based novelty term (`--reward.novelty none`)
   llm_async         the default with the judge off the step path (`--reward.async true`; issue 16's sync vs async)
@@ -64,6 +66,7 @@ VARIANTS = {
     "llm_demos_bc": DEMOS_BC,
     "sparse_demos_bc": ["--reward_source", "env", *DEMOS_BC],
     "llm_demos_no_safety": ["--reward.safety_weight", "0", *DEMOS],
+    "llm_demos_bc_no_safety": ["--reward.safety_weight", "0", *DEMOS_BC],
     "llm_curriculum": ["--curriculum.enabled", "true", *NO_DEMOS],
     "llm_no_novelty": ["--reward.novelty", "none", *NO_DEMOS],
     "llm_async": ["--reward.async", "true", *NO_DEMOS],

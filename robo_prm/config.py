@@ -67,6 +67,8 @@ class DemoBCConfig:
     # clone's actions are close to the demos', so an untrained critic's noise decides), and the clone collapsed.
     q_filter: bool = opt(True, "apply the BC step only where the critic rates the demo's action above the actor's "
                                "(Nair et al.); false: on every demo row")
+    keep_clone: bool = opt(False, "keep a frozen copy of the clone and act with the actor's or the clone's action, "
+                                  "whichever the critics rate higher (IBRL's action selection; train/bc.py)")
     critic_warmup: int = opt(2_000, min=0, help="env steps after learning_starts during which SAC updates the critic only "
                                                 "and the cloned actor is held still")
     learning_starts: int = opt(1_000, min=0, help="SAC's learning_starts when cloning (replaces sac.learning_starts: "

@@ -11,7 +11,7 @@ from robo_prm.config_io import ConfigError
 from robo_prm.envs.task import load_task
 from robo_prm.train import train
 from robo_prm.train.algos import load_weights, make_algo
-from robo_prm.train.bc import MIN_STD, DemoBCCallback, StandardizedObs, clone_actor, standardize_inputs
+from robo_prm.train.bc import MIN_STD, ClonePolicy, DemoBCCallback, StandardizedObs, clone_actor, standardize_inputs
 from robo_prm.train.envs import make_tidy_env, make_vec_env
 from robo_prm.train.demos import collect_demos
 from robo_prm.train.run import load_policy
@@ -131,3 +131,40 @@ def test_sac_trains_from_a_clone_and_a_loaded_policy_reads_inputs_the_same_way(t
 def test_cloning_needs_demos(tmp_path):
     with pytest.raises(ConfigError, match="demo_bc: .*demos > 0"):
         _cfg(tmp_path, demos=0).check_combination()
+
+
+def test_the_kept_clone_acts_where_the_critics_rate_it_above_the_actor(tmp_path):
+    cfg, venv, model, rows = _model_with_demos(tmp_path, **{"demo_bc.keep_clone": True})
+    policy = model.policy
+    assert isinstance(policy, ClonePolicy)
+    obs = th.as_tensor(np.stack([r[0] for r in rows[:64]]))
+    with th.no_grad():
+        before = policy._predict(obs, deterministic=True)
+    np.testing.assert_allclose(before.numpy(), model.actor(obs, deterministic=True).detach().numpy())  # plain SAC until kept
+    standardize_inputs(model)
+    clone_actor(model, 200, std=0.3)
+    policy.keep_clone()
+    with th.no_grad():
+        for p in model.actor.mu.parameters():
+            p.add_(th.randn_like(p))  # the actor moves away from the clone
+        actor, clone = model.actor(obs, deterministic=True), policy.clone(obs, deterministic=True)
+    assert float((actor - clone).abs().max()) > 0.1
+    even = (th.arange(len(obs)) % 2 == 0)[:, None]
+    preferred = th.where(even, clone, actor)  # the critics rate the clone higher on even rows, the actor on odd ones
+    policy.critic.forward = lambda o, a: (-((a - preferred) ** 2).sum(1, keepdim=True),) * 2
+    with th.no_grad():
+        chosen = policy._predict(obs, deterministic=True)
+    np.testing.assert_allclose(chosen.numpy(), preferred.numpy())
+    assert policy.clone_chosen == 32 and policy.acted == 64
+    venv.close()
+
+
+def test_a_run_that_keeps_the_clone_saves_and_loads_it(tmp_path):
+    run = train(_cfg(tmp_path, **{"demo_bc.keep_clone": True}))
+    cfg, task, _ = load_policy(run)
+    env = make_tidy_env(task, cfg, render=False)
+    model = load_weights(cfg, env, run / "final_model.zip")
+    assert isinstance(model.policy, ClonePolicy) and bool(model.policy.clone_kept)
+    ext = model.policy.clone.features_extractor
+    assert isinstance(ext, StandardizedObs) and float((ext.std != 1).float().mean()) > 0.5
+    env.close()

@@ -14,7 +14,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from robo_prm.config import TrainConfig
 from robo_prm.config_io import ConfigError
 from robo_prm.reward.relabel import relabel_kwargs
-from robo_prm.train.bc import StandardizedObs
+from robo_prm.train.bc import ClonePolicy, StandardizedObs
 from robo_prm.train.demos import demo_buffer_class
 
 ALGOS = {"sac": SAC, "ppo": PPO}
@@ -57,6 +57,8 @@ def buffer_kwargs(cfg: TrainConfig) -> dict:
 def make_algo(cfg: TrainConfig, venv, log_dir: Path | None, **override) -> BaseAlgorithm:
     kwargs = {**algo_kwargs(cfg), **buffer_kwargs(cfg), **override}
     policy = "MultiInputPolicy" if cfg.reward_source == "her" else "MlpPolicy"
+    if cfg.algo == "sac" and cfg.demo_bc.enabled and cfg.demo_bc.keep_clone:
+        policy = ClonePolicy  # SAC's MlpPolicy + the frozen clone (train/bc.py)
     return ALGOS[cfg.algo](policy, venv, seed=cfg.seed, device=cfg.device, tensorboard_log=str(log_dir) if log_dir else None,
                            verbose=0, **kwargs)
 
