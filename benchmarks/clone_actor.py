@@ -4,9 +4,12 @@ slot's scale in `StandardizedObs`, and the clip of a standardised input.
 
     python benchmarks/clone_actor.py --tasks tidy_table --specs squashed:0.05:10:5000,atanh:0.05:0:5000
 
-A spec is LOSS:FLOOR:CLIP:STEPS (CLIP 0: none). For each, three fits (torch seeds 0, 1, 2) of an SB3 SAC actor on
+A spec is LOSS:FLOOR:CLIP:STEPS[:ARCH] (CLIP 0: none; ARCH the actor's hidden layers, e.g. 512x512x512, default
+SB3's 256x256). For each, three fits (torch seeds 0, 1, 2) of an SB3 SAC actor on
 the inputs standardised as `standardize_inputs` does, to `--demos` scripted episodes (seeds 0..N−1, every episode
-kept, as `--demos N` keeps them), each run deterministically on 30 fresh seeds (1000 on). One JSON line per task
+kept, as `--demos N` keeps them), each run deterministically on 30 fresh seeds (1000 on). `--demo_noise S` collects
+the demos DART-style (Laskey et al., 2017): the expert's action plus Gaussian noise of std S is executed, the clean
+action is the label. One JSON line per task
 and spec, appended to benchmarks/results/clone_actor.jsonl. benchmarks/clone_check.py is the same question for a
 plain MLP.
 """
@@ -23,7 +26,8 @@ import torch as th
 OUT = Path(__file__).resolve().parent / "results" / "clone_actor.jsonl"
 
 
-def fit_and_run(env, rows, loss_kind: str, floor: float, clip: float, steps: int, seed: int, episodes: int) -> float:
+def fit_and_run(env, rows, loss_kind: str, floor: float, clip: float, steps: int, seed: int, episodes: int,
+                arch: list[int] | None = None) -> float:
     from stable_baselines3 import SAC
 
     import robo_prm.train.bc as bc
@@ -33,8 +37,8 @@ def fit_and_run(env, rows, loss_kind: str, floor: float, clip: float, steps: int
     if loss_kind not in ("squashed", "atanh"):
         raise SystemExit(f"unknown loss {loss_kind!r} (squashed, atanh)")
     bc.MIN_STD, bc.CLIP = floor, (clip or float("inf"))
-    model = SAC("MlpPolicy", env, replay_buffer_class=DemoReplayBuffer, seed=seed, device="cpu",
-                policy_kwargs={"features_extractor_class": bc.StandardizedObs})
+    kwargs = {"features_extractor_class": bc.StandardizedObs, **({"net_arch": arch} if arch else {})}
+    model = SAC("MlpPolicy", env, replay_buffer_class=DemoReplayBuffer, seed=seed, device="cpu", policy_kwargs=kwargs)
     model.replay_buffer.add_demos(rows)
     bc.standardize_inputs(model)
     if loss_kind == "squashed":  # the shipped clone
@@ -59,6 +63,29 @@ def _clone_pre_tanh(model, steps: int, std: float = 0.3) -> None:
     actor.set_training_mode(False)
 
 
+def noisy_demos(task: str, n: int, noise: float):
+    """(env, observations, clean expert actions, expert success) of n episodes, seeds 0..n-1, each step executing the
+    expert's action plus N(0, noise²) (DART)."""
+    from robo_prm.envs import make_env
+    from robo_prm.envs.experts import ScriptedExpert
+
+    env, rng = make_env(task), np.random.default_rng(0)
+    expert = ScriptedExpert(env)
+    obs_rows, actions, wins = [], [], 0
+    for seed in range(n):
+        obs, info = env.reset(seed=seed)
+        expert.reset()
+        done = False
+        while not done:
+            action = expert()
+            obs_rows.append(obs)
+            actions.append(action)
+            obs, _, terminated, truncated, info = env.step(np.clip(action + rng.normal(0.0, noise, action.shape), -1, 1))
+            done = terminated or truncated
+        wins += bool(info.get("is_success"))
+    return env, np.array(obs_rows), np.array(actions, dtype=np.float32), wins / n
+
+
 def main() -> None:
     import clone_check
 
@@ -67,18 +94,22 @@ def main() -> None:
     ap.add_argument("--specs", default="squashed:0.05:10:5000,atanh:0.05:0:5000")
     ap.add_argument("--demos", type=int, default=50)
     ap.add_argument("--episodes", type=int, default=30)
+    ap.add_argument("--demo_noise", type=float, default=0.0, help="DART: executed action = expert + N(0, S²)")
     args = ap.parse_args()
     th.set_num_threads(1)
     for task in args.tasks.split(","):
-        env, obs, actions, expert_success = clone_check.demos(task, args.demos)
+        env, obs, actions, expert_success = (noisy_demos(task, args.demos, args.demo_noise) if args.demo_noise > 0
+                                             else clone_check.demos(task, args.demos))
         rows = [(o, o, a, 0.0, False, {}) for o, a in zip(obs, actions)]
         for spec in args.specs.split(","):
-            loss_kind, floor, clip, steps = spec.split(":")
+            loss_kind, floor, clip, steps, *rest = spec.split(":")
+            arch = [int(w) for w in rest[0].split("x")] if rest else None
             t0 = time.perf_counter()
-            success = [fit_and_run(env, rows, loss_kind, float(floor), float(clip), int(steps), seed, args.episodes)
+            success = [fit_and_run(env, rows, loss_kind, float(floor), float(clip), int(steps), seed, args.episodes, arch)
                        for seed in (0, 1, 2)]
             row = {"task": task, "loss": loss_kind, "floor": float(floor), "clip": float(clip), "steps": int(steps),
-                   "demos": args.demos, "expert_success": expert_success, "episodes": args.episodes,
+                   "arch": arch or [256, 256], "demos": args.demos, "demo_noise": args.demo_noise,
+                   "expert_success": expert_success, "episodes": args.episodes,
                    "clone_success": success, "mean": round(float(np.mean(success)), 3),
                    "wall_s": round(time.perf_counter() - t0, 1), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             print(json.dumps(row), flush=True)

@@ -62,6 +62,7 @@ class EvalArgs:
     run: str = opt(help="a run directory", positional=True)
     episodes: int = opt(20, "episodes to run, one per seed")
     seed: int = opt(100_000, "seed of the first episode")
+    best: bool = opt(False, "the run's best evaluated policy (best_model.zip) instead of its final one")
 
 
 @dataclass
@@ -182,25 +183,25 @@ def cmd_replay(args: ReplayArgs) -> int:
 
 
 # ---- eval / enjoy ----------------------------------------------------------------------
-def _load_run(run_dir: str):
+def _load_run(run_dir: str, best: bool = False):
     from robo_prm.train import load_policy
 
     if not Path(run_dir).is_dir():
         raise CliError(f"{run_dir}: no such run directory")
-    return load_policy(Path(run_dir))
+    return load_policy(Path(run_dir), best)
 
 
 def cmd_eval(args: EvalArgs) -> int:
     from robo_prm.train.rollouts import run_episodes, summarize
 
-    cfg, task, policy = _load_run(args.run)
+    cfg, task, policy = _load_run(args.run, args.best)
     results = run_episodes(policy, task, cfg, range(args.seed, args.seed + args.episodes))
     summary = summarize(results)
     print(f"{'seed':>6} {'success':>8} {'return':>8} {'hazards':>8} {'steps':>6}")
     for r in results:
         print(f"{r.seed:>6} {str(r.success):>8} {r.env_return:>8.2f} {r.hazard_events:>8} {r.steps:>6}")
     print(json.dumps(summary, indent=1))
-    out = Path(args.run) / "eval.json"
+    out = Path(args.run) / ("eval_best.json" if args.best else "eval.json")
     out.write_text(json.dumps({"summary": summary, "episodes": [r.__dict__ for r in results]}, indent=1))
     return 0
 
@@ -209,7 +210,7 @@ def cmd_enjoy(args: EnjoyArgs) -> int:
     from robo_prm.judge import make_judge
     from robo_prm.train.rollouts import run_episodes, summarize
 
-    cfg, task, policy = _load_run(args.run)
+    cfg, task, policy = _load_run(args.run, args.best)
     out_dir = Path(args.out or Path(args.run) / "enjoy")
     judge = make_judge(cfg.judge)
     results = run_episodes(policy, task, cfg, range(args.seed, args.seed + args.episodes), judge=judge, record_dir=out_dir, n_record=args.episodes, run=Path(args.run).name)

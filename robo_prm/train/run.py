@@ -5,8 +5,9 @@ Run directory layout (runs/{task}__{algo}__{seed}__{time}/):
     tb/                TensorBoard logs
     checkpoints/       step_XXXXXXXXX/{model.zip, replay_buffer.pkl, state.json, MANIFEST.json} + `latest` (checkpoints.py)
     episodes/          recorded training episodes (ep_XXXX/, see docs/EPISODES.md)
-    eval/              eval_history.json and recorded evaluation episodes
+    eval/              eval_history.json, best.json and recorded evaluation episodes
     final_model.zip
+    best_model.zip     the policy of the evaluation with the highest success so far (SB3 EvalCallback's best_model)
 
 Opening a run folder runs no code from it unless asked: resume unpickles SB3's files only from
 checkpoints this machine signed, or with `trust=True` (--trust_run); load_policy reads the policy
@@ -49,7 +50,9 @@ log = logging.getLogger(__name__)
 
 class EvalEvery(BaseCallback):
     """At each multiple of `every` steps: deterministic episodes on fresh seeds; success and hazard
-    events to TensorBoard. A resumed run keeps the history up to its checkpoint."""
+    events to TensorBoard. A resumed run keeps the history up to its checkpoint. The policy of the best evaluation
+    (highest success; the earlier one on a tie, as SB3's EvalCallback) is kept as best_model.zip: fine-tuning from
+    demonstrations can lose a policy that was already good (docs/LEARNING.md)."""
 
     def __init__(self, task, cfg: TrainConfig, out_dir: Path, run: str):
         super().__init__()
@@ -64,6 +67,12 @@ class EvalEvery(BaseCallback):
         except (OSError, ValueError):
             old = []
         self.history = [h for h in old if isinstance(h, dict) and h.get("env_steps", 1 << 62) <= self._last]
+        try:
+            self.best = json.loads((self.out_dir / "best.json").read_text())
+        except (OSError, ValueError):
+            self.best = None
+        if self.best is not None and self.best.get("env_steps", 1 << 62) > self._last:
+            self.best = None  # from after the checkpoint this resumed run starts from: beaten or not, it is re-earned
 
     def _on_step(self) -> bool:
         every = self.cfg.eval.every_steps
@@ -86,6 +95,12 @@ class EvalEvery(BaseCallback):
         self.logger.record("eval/hazard_events_per_episode", summary["hazard_events_per_episode"])
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / "eval_history.json").write_text(json.dumps(self.history, indent=1))
+        if self.best is None or summary["success_rate"] > self.best["success_rate"]:
+            self.best = {k: summary[k] for k in ("env_steps", "success_rate", "hazard_events_per_episode")}
+            run_dir = self.out_dir.parent
+            self.model.save(run_dir / ".best_model.zip.tmp")
+            os.replace(run_dir / ".best_model.zip.tmp", run_dir / "best_model.zip")  # whole or not at all
+            (self.out_dir / "best.json").write_text(json.dumps(self.best, indent=1))
 
 
 def eval_seeds(cfg: TrainConfig) -> range:
@@ -275,14 +290,16 @@ def resume(run_dir: Path, steps: int | None = None, trust: bool = False) -> Path
     return _learn(model, cfg, task, venv, run_dir, run_dir.name, int(state.get("episode_index", 0)), resumed=state)
 
 
-def load_policy(run_dir: Path):
-    """(cfg, task, predict function) for a finished or checkpointed run.
+def load_policy(run_dir: Path, best: bool = False):
+    """(cfg, task, predict function) for a finished or checkpointed run (`best`: its best_model.zip).
 
     Only the policy weights are read (algos.load_weights: no pickle), so any run folder can be
     evaluated without trusting it."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
-    path = run_dir / "final_model.zip"
+    path = run_dir / ("best_model.zip" if best else "final_model.zip")
+    if best and not path.exists():
+        raise ConfigError(f"{run_dir}: no best_model.zip (written at the run's evaluations: eval.every_steps > 0 or the final one)")
     if not path.exists():
         ckpt = latest_checkpoint(run_dir / "checkpoints")
         if ckpt is None:
