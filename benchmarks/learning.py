@@ -29,6 +29,7 @@ Variants (docs/LEARNING.md):
   llm_demos_bc      the default + 50 demonstrations + the clone, warm-up and Q-filtered BC (`--demo_bc.pretrain_steps 5000`)
   llm_demos_no_safety, llm_demos_bc_no_safety, sparse_demos_bc   the same aids without the safety term / on the sparse reward
   llm_demos_clone   llm_demos_bc with the actor never released: the clone is the policy (a reference for tidy_table)
+  llm_demos_bc_keep llm_demos_bc acting with the clone's action where the critics rate it higher (`--demo_bc.keep_clone`)
   llm_curriculum    the default + curriculum of start states (`--curriculum.enabled true`)
   llm_no_novelty    the default without the count-based novelty term (`--reward.novelty none`)
   llm_async         the default with the judge off the step path (`--reward.async true`; issue 16's sync vs async)
@@ -68,6 +69,7 @@ VARIANTS = {
     "sparse_demos_bc": ["--reward_source", "env", *DEMOS_BC],
     # the clone alone: the actor is never released (SAC trains only its critics), the demonstrations as the policy
     "llm_demos_clone": [*DEMOS_BC, "--demo_bc.critic_warmup", "100000000"],
+    "llm_demos_bc_keep": [*DEMOS_BC, "--demo_bc.keep_clone", "true"],
     "llm_demos_no_safety": ["--reward.safety_weight", "0", *DEMOS],
     "llm_demos_bc_no_safety": ["--reward.safety_weight", "0", *DEMOS_BC],
     "llm_curriculum": ["--curriculum.enabled", "true", *NO_DEMOS],
