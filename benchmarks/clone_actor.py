@@ -63,29 +63,6 @@ def _clone_pre_tanh(model, steps: int, std: float = 0.3) -> None:
     actor.set_training_mode(False)
 
 
-def noisy_demos(task: str, n: int, noise: float):
-    """(env, observations, clean expert actions, expert success) of n episodes, seeds 0..n-1, each step executing the
-    expert's action plus N(0, noise²) (DART)."""
-    from robo_prm.envs import make_env
-    from robo_prm.envs.experts import ScriptedExpert
-
-    env, rng = make_env(task), np.random.default_rng(0)
-    expert = ScriptedExpert(env)
-    obs_rows, actions, wins = [], [], 0
-    for seed in range(n):
-        obs, info = env.reset(seed=seed)
-        expert.reset()
-        done = False
-        while not done:
-            action = expert()
-            obs_rows.append(obs)
-            actions.append(action)
-            obs, _, terminated, truncated, info = env.step(np.clip(action + rng.normal(0.0, noise, action.shape), -1, 1))
-            done = terminated or truncated
-        wins += bool(info.get("is_success"))
-    return env, np.array(obs_rows), np.array(actions, dtype=np.float32), wins / n
-
-
 def main() -> None:
     import clone_check
 
@@ -98,8 +75,7 @@ def main() -> None:
     args = ap.parse_args()
     th.set_num_threads(1)
     for task in args.tasks.split(","):
-        env, obs, actions, expert_success = (noisy_demos(task, args.demos, args.demo_noise) if args.demo_noise > 0
-                                             else clone_check.demos(task, args.demos))
+        env, obs, actions, expert_success = clone_check.demos(task, args.demos, args.demo_noise)
         rows = [(o, o, a, 0.0, False, {}) for o, a in zip(obs, actions)]
         for spec in args.specs.split(","):
             loss_kind, floor, clip, steps, *rest = spec.split(":")

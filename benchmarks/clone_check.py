@@ -20,22 +20,29 @@ import torch
 OUT = Path(__file__).resolve().parent / "results" / "clone_check.json"
 
 
-def demos(task: str, n: int):
-    """(env, observations, expert actions, expert success) of n scripted episodes, seeds 0..n-1."""
+def demos(task: str, n: int, noise: float = 0.0):
+    """(env, observations, expert actions, expert success) of n scripted episodes, seeds 0..n-1. noise > 0: DART
+    (Laskey et al., 2017) — each step executes the expert's action plus N(0, noise²); the clean action is the label."""
     from robo_prm.envs import make_env
     from robo_prm.envs.experts import ScriptedExpert
     from robo_prm.envs.rollout import rollout
 
-    env = make_env(task)
+    env, rng = make_env(task), np.random.default_rng(0)
     expert = ScriptedExpert(env)
-    obs_rows, actions, wins = [], [], 0
+    obs_rows, labels, wins = [], [], 0
+
+    def act(obs):
+        action = expert()
+        labels.append(action)
+        return np.clip(action + rng.normal(0.0, noise, action.shape), -1, 1) if noise > 0 else action
+
+    act.reset = expert.reset  # rollout resets its policy with every episode
     for seed in range(n):
         seen = []
-        traj = rollout(env, expert, seed, on_step=lambda step: seen.append(step.obs))
+        traj = rollout(env, act, seed, on_step=lambda step: seen.append(step.obs))
         obs_rows += seen[:-1]  # the state each action was taken in
-        actions += traj.actions
         wins += traj.success
-    return env, np.array(obs_rows), np.array(actions), wins / n
+    return env, np.array(obs_rows), np.array(labels, dtype=np.float32), wins / n
 
 
 def clone(obs: np.ndarray, actions: np.ndarray, standardize: bool, steps: int, seed: int = 0):

@@ -59,6 +59,7 @@ class EvalEvery(BaseCallback):
         self.task, self.cfg, self.out_dir, self.run = task, cfg, out_dir, run
         self._last = 0
         self.history: list[dict] = []
+        self.best: dict | None = None  # env_steps, success_rate, hazards of best_model.zip's evaluation
 
     def _on_training_start(self):
         self._last = self.num_timesteps
@@ -299,7 +300,8 @@ def load_policy(run_dir: Path, best: bool = False):
     cfg = load_run_config(run_dir)
     path = run_dir / ("best_model.zip" if best else "final_model.zip")
     if best and not path.exists():
-        raise ConfigError(f"{run_dir}: no best_model.zip (written at the run's evaluations: eval.every_steps > 0 or the final one)")
+        raise ConfigError(f"{run_dir}: no best_model.zip (written at the run's evaluations: eval.every_steps > 0 "
+                          "or the final one)")
     if not path.exists():
         ckpt = latest_checkpoint(run_dir / "checkpoints")
         if ckpt is None:
