@@ -34,6 +34,7 @@ Variants (docs/LEARNING.md):
   llm_no_novelty    the default without the count-based novelty term (`--reward.novelty none`)
   llm_async         the default with the judge off the step path (`--reward.async true`; issue 16's sync vs async)
   llm_async_any     the same, SAC also trained on rows still waiting for their judgement (`--reward.async_sample any`)
+  llm_pixels        the default with scene texts from the rendered frame alone (`--describe.source pixels`; issue 18)
   clip              the blend with the frame's CLIP similarity to the goal in the LLM's place (VLM-RM, `--reward_source clip`)
   rules_demos, rules_curriculum, dense_demos, sparse_demos   the aids on the cheaper rewards
 """
@@ -75,6 +76,8 @@ VARIANTS = {
     "llm_curriculum": ["--curriculum.enabled", "true", *NO_DEMOS],
     "llm_no_novelty": ["--reward.novelty", "none", *NO_DEMOS],
     "llm_async": ["--reward.async", "true", *NO_DEMOS],
+    # the judge reads scene texts made from the rendered frame alone (the shipped perception model), not the state
+    "llm_pixels": ["--describe.source", "pixels", *NO_DEMOS],
     "llm_async_any": ["--reward.async", "true", "--reward.async_sample", "any", *NO_DEMOS],
     "rules_demos": ["--judge.backend", "rules", *DEMOS],
     "rules_curriculum": ["--judge.backend", "rules", "--curriculum.enabled", "true", *NO_DEMOS],

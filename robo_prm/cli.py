@@ -55,6 +55,8 @@ class ReplayArgs:
                                       "off each frame (orange where they differ)")
     perception: str | None = opt(None, "with --pixel_captions: a perception folder (null: the shipped one)")
     task: str | None = opt(None, "with --pixel_captions: the episode's task file, when it is not a shipped task")
+    caption_model: str | None = opt(None, "with --pixel_captions: an open_clip CoCa captioner folder (`robo-prm perception "
+                                          "train-coca`) whose captions are shown (null: the perception model's)")
 
 
 @dataclass
@@ -174,7 +176,7 @@ def cmd_replay(args: ReplayArgs) -> int:
         raise CliError("--gif, --summary and .gif take one episode; several episodes make one MP4")
     try:
         written = render_files(args.episode, out, args.gif, Path(args.summary) if args.summary else None,
-                               args.fps, args.pixel_captions, args.perception, args.task)
+                               args.fps, args.pixel_captions, args.perception, args.task, args.caption_model)
     except EpisodeError as exc:
         raise CliError(str(exc)) from None
     for p in written:

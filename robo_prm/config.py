@@ -19,6 +19,8 @@ class DescribeConfig:
     source: Literal["state", "pixels"] = opt("state", "what the judge's scene text is made from: simulator state, or rendered frames only")
     milestone_line: bool = opt(True, 'show "Milestones reached: i of n" to the judge')
     weights: str | None = opt(None, "pixels: a trained perception folder (null: the shipped robo_prm/models/perception)")
+    caption_model: str | None = opt(None, "pixels: an open_clip CoCa captioner folder (`robo-prm perception train-coca`) "
+                                          "whose caption is the scene text (null: the perception model's slot heads)")
     every: int = opt(0, min=0, help="pixels: describe every n-th step and hold the description between (0: reward.judge_every)")
     goal_similarity: bool = opt(False, "pixels: each description also carries the frame's CLIP similarity to the goal "
                                        "text (what judge.backend clip scores; set by reward_source clip)")

@@ -6,6 +6,7 @@ where a number has a natural value (a constant progress curve orders nothing: VO
 """
 from __future__ import annotations
 
+import re
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -110,3 +111,29 @@ def reason_faithfulness(pairs) -> dict:
     from robo_prm.judge.faithfulness import reason_faithfulness as _faithfulness
 
     return _faithfulness(pairs)
+
+
+_VERB = re.compile(r"\b(is|lies|stands|has)\b")
+
+
+def caption_facts(text: str) -> set[str]:
+    """The facts a scene caption (describe/render.py) states: one per clause, keyed by its sentence's subject.
+    'The gripper is open, 20 cm from the hammer.' → {'The gripper | is open', 'The gripper | 20 cm from the hammer'};
+    an 'It is moving fast.' sentence takes the subject before it. Per-fact F1 (`fact_f1`) credits every clause read
+    right, where exact match needs the whole caption."""
+    facts, subject = set(), ""
+    for sentence in (s.strip() for s in re.split(r"(?<=\.)\s+", text.strip()) if s.strip()):
+        sentence = sentence.rstrip(".")
+        m = _VERB.search(sentence)
+        head = sentence[: m.start()].strip() if m else sentence
+        if head != "It":
+            subject = head
+        rest = sentence[m.start():] if m else ""
+        for clause in (c.strip() for c in rest.split(",")):
+            facts.add(f"{subject} | {clause}")
+    return facts
+
+
+def fact_f1(pairs: Iterable[tuple[str, str]]) -> dict[str, float | None]:
+    """Precision, recall, F1 of caption facts pooled over (predicted caption, true caption) pairs."""
+    return precision_recall_f1(*set_confusion((caption_facts(p), caption_facts(t)) for p, t in pairs))

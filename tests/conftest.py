@@ -78,3 +78,44 @@ def tiny_llama(tmp_path_factory):
     model.save_pretrained(flat)
     tok.save_pretrained(flat)
     return str(folder), str(flat), len(vocab)
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory):
+    """40 labelled 64-px frames of reach_tool and place_cup_in_bin (`robo-prm perception collect`)."""
+    from robo_prm.perception.dataset import CollectConfig, collect
+
+    out = tmp_path_factory.mktemp("frames")
+    meta = collect(CollectConfig(tasks=["reach_tool", "place_cup_in_bin"], frames=40, size=64, stride=2, heldout_every=3,
+                                 max_steps=20, seed=1), out, progress=False)
+    return out, meta
+
+
+@pytest.fixture(scope="session")
+def tiny_text(tmp_path_factory):
+    """A 1-layer BERT with a word-level vocabulary, saved like a sentence-transformers folder."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    words = ("the gripper is open closed far from hammer glass cup lies stands in middle of table cm above at very "
+             "front back left right edge part blue bin held air reached milestones 0 1 2 3 4 5 10 15 20 30 , .").split()
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
+    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"))
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(words) + 5, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32, max_position_embeddings=128)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_data, tiny_text, tmp_path_factory):
+    """A perception folder trained for 2 epochs on tiny_data (`robo-prm perception train-captioner`)."""
+    from robo_prm.perception.train import PerceptionTrainConfig, captioner_defaults, train
+
+    data, _ = tiny_data
+    out = tmp_path_factory.mktemp("perception")
+    cfg = captioner_defaults(PerceptionTrainConfig(data=str(data), out=str(out), text_model=tiny_text, epochs=2, batch=16,
+                                                   hidden=32, embed_dim=16))
+    return train(cfg, progress=False, command="test")

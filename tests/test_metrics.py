@@ -123,3 +123,16 @@ def test_git_commit_of_a_checkout_and_outside_one(tmp_path):
     assert git_commit(tmp_path) == head
     (tmp_path / "f.txt").write_text("b\n")
     assert git_commit(tmp_path) == head + "+dirty"
+
+
+def test_caption_facts_key_each_clause_by_its_subject():
+    from robo_prm.metrics import caption_facts, fact_f1
+
+    text = ("The gripper is open, 20 cm from the hammer. The hammer is held 20 cm above the table, at the very left edge. "
+            "It is moving fast. Milestones reached: 1 of 5.")
+    assert caption_facts(text) == {"The gripper | is open", "The gripper | 20 cm from the hammer",
+                                   "The hammer | is held 20 cm above the table", "The hammer | at the very left edge",
+                                   "The hammer | is moving fast", "Milestones reached: 1 of 5 | "}
+    wrong = text.replace("at the very left edge", "10 cm from the left edge").replace("It is moving fast. ", "")
+    f = fact_f1([(wrong, text), (text, text)])
+    assert f["precision"] == pytest.approx(11 / 11 - 1 / 11) and f["recall"] == pytest.approx(10 / 12)

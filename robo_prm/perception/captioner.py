@@ -53,11 +53,14 @@ class PixelCaptioner:
         out = self.outputs(frames)
         return [self.from_outputs(out, i) for i in range(len(out["embed"]))]
 
-    def describe_step(self, state, status, frame: np.ndarray | None) -> SceneDescription:
+    def check_frame(self, frame: np.ndarray | None) -> None:
         if frame is None or frame.shape[0] != self.size or frame.shape[1] != self.size:
             got = "no frame" if frame is None else f"{frame.shape[1]}×{frame.shape[0]} frames"
             raise ValueError(f"the perception model reads {self.size}×{self.size} frames, got {got} "
                              f"(make the env with width=height={self.size})")
+
+    def describe_step(self, state, status, frame: np.ndarray | None) -> SceneDescription:
+        self.check_frame(frame)
         return self(frame)
 
     def __call__(self, frame) -> SceneDescription:

@@ -5,6 +5,7 @@ Every flag is a field: `CollectConfig` (+ `--out`), `PerceptionTrainConfig`, `Ca
     robo-prm perception collect --tasks reach_tool,tidy_table --frames 14000 --size 128 --out DIR
     robo-prm perception train-clip --data DIR --out CLIP_DIR [--epochs 8 --lr 2e-3 ...]
     robo-prm perception train-captioner --data DIR --init CLIP_DIR --out DIR
+    robo-prm perception train-coca --data DIR --out COCA_DIR                    # open_clip CoCa captioner
     robo-prm perception caption --task tidy_table --seed 0 [--weights DIR]      # pixel vs state caption
     robo-prm perception goal-sim --task place_cup_in_bin [--clip.arch ViT-B-32 --clip.weights /path]
 """
@@ -62,6 +63,16 @@ def cmd_train(cfg: PerceptionTrainConfig) -> int:
     out = train(cfg, command=command)
     manifest = json.loads((out / "manifest.json").read_text())
     print(json.dumps({k: v for k, v in manifest["metrics_heldout"].items() if k != "slot_accuracy"}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_train_coca(cfg) -> int:
+    from robo_prm.perception.train_coca import train
+
+    command = "robo-prm perception " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else ""
+    out = train(cfg, command=command)
+    print(json.dumps(json.loads((out / "manifest.json").read_text())["metrics_heldout_sample"], indent=1))
     print(f"wrote {out}")
     return 0
 
@@ -133,6 +144,11 @@ def add_perception_commands(p) -> None:
         t = ps.add_parser(name, help=helptext)
         add_config_args(t, PerceptionTrainConfig, defaults=stage(PerceptionTrainConfig()))
         t.set_defaults(func=config_command(PerceptionTrainConfig, cmd_train, base=lambda s=stage: s(PerceptionTrainConfig())))
+    from robo_prm.perception.train_coca import CocaTrainConfig
+
+    t = ps.add_parser("train-coca", help="open_clip CoCa captioner: frame → the state caption, word for word")
+    add_config_args(t, CocaTrainConfig)
+    t.set_defaults(func=config_command(CocaTrainConfig, cmd_train_coca))
     k = ps.add_parser("caption", help="caption a rendered frame from pixels and compare with the state caption")
     add_config_args(k, CaptionArgs)
     k.set_defaults(func=config_command(CaptionArgs, cmd_caption))

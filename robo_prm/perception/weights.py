@@ -36,16 +36,22 @@ class PerceptionBundle:
     def clip(self) -> RoboClip:
         return RoboClip(self.net, self.text)
 
-    def captioner(self, task, milestone_line: bool = True, goal_similarity: bool = False):
+    def captioner(self, task, milestone_line: bool = True, goal_similarity: bool = False, caption_model: str | None = None):
         """goal_similarity: each description also carries the frame's cosine to the task's goal text (this bundle's
-        text tower: the CLIP judge's input)."""
+        text tower: the CLIP judge's input). caption_model: a CoCa folder (`perception train-coca`) whose caption
+        is the text; the rest of the description stays this model's."""
         from robo_prm.perception.captioner import PixelCaptioner
 
         goal = None
         if goal_similarity:
             with torch.no_grad():
                 goal = self.clip().encode_text([task.text.goal])[0].float().numpy()
-        return PixelCaptioner(task, self.net, milestone_line, self.hazard_threshold, goal)
+        base = PixelCaptioner(task, self.net, milestone_line, self.hazard_threshold, goal)
+        if caption_model is None:
+            return base
+        from robo_prm.perception.coca import CocaCaptioner, load_coca
+
+        return CocaCaptioner(base, load_coca(caption_model), milestone_line)
 
 
 def save_perception(folder: str | Path, net: PerceptionNet, text: TextTower, manifest: dict | None = None,

@@ -10,9 +10,11 @@ import numpy as np
 from robo_prm.replay.episode import Episode, EpisodeError
 
 
-def add_pixel_captions(ep: Episode, weights: str | None = None, task: str | None = None, batch: int = 32) -> Episode:
+def add_pixel_captions(ep: Episode, weights: str | None = None, task: str | None = None, batch: int = 32,
+                       caption_model: str | None = None) -> Episode:
     """`ep` with `pixel_captions`: the perception model (`weights`: a folder; null: the shipped one) describing each
-    frame, resized to the model's frame size. `task`: the task file when the episode's task is not a shipped one."""
+    frame, resized to the model's frame size. `task`: the task file when the episode's task is not a shipped one.
+    `caption_model`: a CoCa captioner folder whose captions are shown instead of the slot heads'."""
     from robo_prm.envs.task import load_task
     from robo_prm.perception.weights import load_perception
 
@@ -22,7 +24,10 @@ def add_pixel_captions(ep: Episode, weights: str | None = None, task: str | None
         raise EpisodeError(f"--pixel_captions: cannot load the episode's task {task or ep.meta.task!r} ({exc}); "
                            "give its file with --task") from None
     bundle = load_perception(weights)
-    captioner = bundle.captioner(t)
+    try:
+        captioner = bundle.captioner(t, caption_model=caption_model)
+    except (FileNotFoundError, ValueError) as exc:
+        raise EpisodeError(f"--caption_model: {exc}") from None
     size = captioner.size
     frames = np.stack([cv2.resize(f, (size, size), interpolation=cv2.INTER_AREA) if f.shape[:2] != (size, size) else f
                        for f in ep.frames])

@@ -51,7 +51,8 @@ def make_tidy_env(task: Task, cfg: TrainConfig, render: bool = True, reward_mode
         size = bundle.net.cfg.size
         env = TidyTableEnv(task, reward_mode=mode, render_mode="rgb_array", width=size, height=size)
         every = cfg.describe.every or cfg.reward.judge_every
-        return DescribeWrapper(env, bundle.captioner(task, cfg.describe.milestone_line, cfg.describe.goal_similarity), every)
+        return DescribeWrapper(env, bundle.captioner(task, cfg.describe.milestone_line, cfg.describe.goal_similarity,
+                                                        cfg.describe.caption_model), every)
     size = cfg.record.frame_size
     env = TidyTableEnv(task, reward_mode=mode, render_mode="rgb_array" if render else None, width=size, height=size)
     return DescribeWrapper(env, StateCaptioner(task, cfg.describe.milestone_line))
