@@ -89,21 +89,25 @@ def caption_scores(texts: list[str], held) -> dict:
 
 
 def captions(out, held, net, threshold_hazard: float) -> dict:
-    res = caption_scores(slot_texts(out, held, net, threshold_hazard), held)
+    texts = slot_texts(out, held, net, threshold_hazard)
+    res = caption_scores(texts, held)
+    res["texts"] = texts
     res["slot_accuracy"] = {name: {"accuracy": a, "n": n} for name, (a, n) in slot_accuracy(out, held).items()}
     return res
 
 
-def coca_captions(folder: str, held, batch: int = 64) -> dict:
-    """The CoCa captioner on the held-out frames: greedy captions scored like the slot heads', its own
+def coca_captions(folder: str, held, slot_captions: list[str], batch: int = 64) -> dict:
+    """The CoCa captioner on the held-out frames: greedy captions scored like the slot heads', and as the describer
+    gives them (`describer`: the perception model's milestone line in place of the decoder's), its own
     frame ↔ caption retrieval, and ms per frame."""
-    from robo_prm.perception.coca import load_coca
+    from robo_prm.perception.coca import load_coca, with_milestone_line
 
     coca = load_coca(folder)
     t0 = time.perf_counter()
     texts = coca.caption(held.arrays["frames"], batch=batch)
     ms = 1e3 * (time.perf_counter() - t0) / len(held)
     res = caption_scores(texts, held)
+    res["describer"] = caption_scores([with_milestone_line(c, d) for c, d in zip(texts, slot_captions)], held)
     img = torch.cat([coca.encode_image(held.arrays["frames"][i:i + 256]) for i in range(0, len(held), 256)])
     res["retrieval"] = retrieval({"embed": img.numpy()}, held, coca)
     res["ms_per_frame_batch64"] = ms
@@ -292,7 +296,8 @@ def main(argv=None) -> int:
         "cache": cache_reuse(out, held, net, bundle.hazard_threshold),
     }
     if args.coca:
-        result["coca"] = coca_captions(args.coca, held)
+        result["coca"] = coca_captions(args.coca, held, result["captions"]["texts"])
+    del result["captions"]["texts"]
     result["voc"] = goal_voc(bundle, held.meta["tasks"], args.episodes, args.seed)
     result["speed"] = speed(bundle)
     result["seconds"] = round(time.perf_counter() - t0, 1)
@@ -306,7 +311,7 @@ def main(argv=None) -> int:
 
 def headline(r: dict, captioner: str) -> dict:
     """The issue's six figures: captions and retrieval of `captioner`, hazards of the perception model's heads."""
-    cap = r["coca"] if captioner == "coca" else r["captions"]
+    cap = r["coca"]["describer"] if captioner == "coca" else r["captions"]
     rt = r["coca"]["retrieval"] if captioner == "coca" else r["retrieval"]
     hz = r["predicates"]["hazards_pooled"]
     return {"caption_exact_match": cap["exact_match"], "fact_f1": cap["fact_f1"], "hazard_recall": hz["recall"],
@@ -324,7 +329,9 @@ def table(r: dict) -> str:
              f"thread, load average {r['load']}→{r['load_at_end']}, {r['heldout_frames']} held-out frames.", ""]
     lines += ["| captioner | task | caption exact match | without milestone line | fact F1 | frames |",
               "|---|---|---:|---:|---:|---:|"]
-    for who, c in (("slot heads", r["captions"]), ("CoCa", r.get("coca"))):
+    coca = r.get("coca") or {}
+    for who, c in (("slot heads", r["captions"]), ("CoCa", coca or None),
+                   ("CoCa + heads' milestone line (the describer)", coca.get("describer"))):
         if c is None:
             continue
         for t, v in c["per_task"].items():

@@ -68,8 +68,10 @@ def test_the_coca_caption_is_the_text_the_rest_stays_the_perception_models(tiny_
     slots = bundle.captioner(task).describe(frames)
     coca = bundle.captioner(task, caption_model=str(tiny_coca)).describe(frames)
     no_line = bundle.captioner(task, milestone_line=False, caption_model=str(tiny_coca)).describe(frames)
-    assert [d.text for d in coca] == load_coca(tiny_coca).caption(frames)
-    assert all("Milestones reached" not in d.text for d in no_line)
+    bodies = [c.split(" Milestones reached:")[0] for c in load_coca(tiny_coca).caption(frames)]
+    # CoCa's sentences, the perception model's milestone line (it agrees with milestones_reached)
+    assert [d.text for d in coca] == [f"{b} Milestones reached: {s.milestones_reached} of 1." for b, s in zip(bodies, slots)]
+    assert [d.text for d in no_line] == bodies
     for a, b in zip(slots, coca):
         assert (a.hazards, a.rule_progress, a.milestones_reached) == (b.hazards, b.rule_progress, b.milestones_reached)
         assert np.array_equal(a.features, b.features)
@@ -94,10 +96,21 @@ def test_train_and_replay_take_the_caption_model(tiny_coca, tiny_model, tmp_path
             for i in range(2):
                 *_, info = env.step(np.zeros(4, dtype=np.float32))
                 frame = env.render()
-                assert info["description"].text == coca.caption(frame)[0]
+                assert info["description"].text.split(" Milestones")[0] == coca.caption(frame)[0].split(" Milestones")[0]
                 w.add_step(StepRecord(step=i, description=info["description"].text))
                 w.add_frame(frame)
     finally:
         env.close()
     ep = add_pixel_captions(load_episode(tmp_path / "ep_0000"), str(tiny_model), caption_model=str(tiny_coca))
-    assert ep.pixel_captions == coca.caption(np.stack(ep.frames))
+    assert [c.split(" Milestones")[0] for c in ep.pixel_captions] == \
+        [c.split(" Milestones")[0] for c in coca.caption(np.stack(ep.frames))]
+
+
+def test_perception_caption_cli_takes_the_caption_model(tiny_coca, tiny_model, capsys):
+    from robo_prm.cli import main
+
+    assert main(["perception", "caption", "--task", "reach_tool", "--weights", str(tiny_model),
+                 "--caption_model", str(tiny_coca)]) == 0
+    assert capsys.readouterr().out.startswith("pixels: The gripper")
+    with pytest.raises(SystemExit, match="--caption_model: .*config.json: no such file"):
+        main(["perception", "caption", "--task", "reach_tool", "--weights", str(tiny_model), "--caption_model", "/nope"])

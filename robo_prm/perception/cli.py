@@ -33,6 +33,7 @@ class CaptionArgs:
     seed: int = opt(0, "reset seed")
     steps: int = opt(0, "scripted-expert steps before the frame")
     weights: str | None = opt(None, "perception folder (null: the shipped one)")
+    caption_model: str | None = opt(None, "a CoCa captioner folder (`train-coca`): its caption is the pixel caption")
 
 
 @dataclass
@@ -94,7 +95,10 @@ def cmd_caption(args: CaptionArgs) -> int:
             rollout(env, ScriptedExpert(env, seed=args.seed), args.seed, max_steps=args.steps)
         else:
             env.reset(seed=args.seed)
-        pixel = bundle.captioner(task)(env.render())
+        try:
+            pixel = bundle.captioner(task, caption_model=args.caption_model)(env.render())
+        except (FileNotFoundError, ValueError) as exc:
+            raise SystemExit(f"robo-prm: error: --caption_model: {exc}") from None
         state = StateCaptioner(task)(env.scene_state)
     finally:
         env.close()

@@ -198,12 +198,14 @@ class CocaBundle:
         return self.model.encode_text(self.tokens.encode(texts), normalize=normalize)
 
 
-def save_coca(folder: str | Path, bundle: CocaBundle, manifest: dict | None = None) -> Path:
+def save_coca(folder: str | Path, bundle: CocaBundle, manifest: dict | None = None, fp16: bool = True) -> Path:
+    """Weights in fp16 by default (half the size; loaded back as fp32)."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous() for k, v in bundle.model.state_dict().items()}
+    state = {k: (v.half() if fp16 and v.is_floating_point() else v).detach().contiguous()
+             for k, v in bundle.model.state_dict().items()}
     save_file(state, str(folder / WEIGHTS_FILE))
     (folder / CONFIG_FILE).write_text(json.dumps(asdict(bundle.cfg), indent=1))
     if manifest is not None:
@@ -212,6 +214,7 @@ def save_coca(folder: str | Path, bundle: CocaBundle, manifest: dict | None = No
 
 
 def load_coca(folder: str | Path) -> CocaBundle:
+    """A folder written by `robo-prm perception train-coca`."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
@@ -220,37 +223,45 @@ def load_coca(folder: str | Path) -> CocaBundle:
             raise FileNotFoundError(f"{folder / name}: no such file (a folder written by `robo-prm perception train-coca`)")
     cfg = CocaConfig(**json.loads((folder / CONFIG_FILE).read_text()))
     model = build_coca(cfg, imagenet=False)
-    model.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in load_file(str(folder / WEIGHTS_FILE)).items()})
     manifest = json.loads((folder / MANIFEST_FILE).read_text()) if (folder / MANIFEST_FILE).exists() else None
     return CocaBundle(model.eval(), CaptionTokens(cfg.bpe_ids, cfg.context_length), cfg, folder, manifest)
+
+
+LINE = " Milestones reached:"
+
+
+def with_milestone_line(caption: str, described: str) -> str:
+    """`caption`'s sentences with the milestone line of `described` (none where it has none)."""
+    body = caption.split(LINE, 1)[0]
+    return body + LINE + described.split(LINE, 1)[1] if LINE in described else body
 
 
 class CocaCaptioner:
     """A `Describer` (robo_prm.describe): the pixel captioner's description with the CoCa caption as its text.
 
     Hazards, milestones reached, rule progress and the CLIP features stay the perception model's (`base`, a
-    PixelCaptioner): the caption is what the judge reads. The CoCa model writes the names it was trained on (the
-    shipped tasks'), so it is for those tasks."""
+    PixelCaptioner), and so does the text's milestone line (its predicate heads read milestones better than the
+    decoder writes them, docs/BENCHMARKS.md, and the line then agrees with `milestones_reached`). The CoCa model
+    writes the names it was trained on (the shipped tasks'), so it is for those tasks."""
 
     needs_frame = True
 
-    def __init__(self, base, coca: CocaBundle, milestone_line: bool = True):
+    def __init__(self, base, coca: CocaBundle):
         if coca.cfg.size != base.size:
             raise ValueError(f"{coca.folder}: the captioner reads {coca.cfg.size}-px frames, the perception model "
                              f"{base.size}-px ones")
-        self.base, self.coca, self.milestone_line = base, coca, milestone_line
+        self.base, self.coca = base, coca
 
     @property
     def size(self) -> int:
         return self.base.size
 
-    def _text(self, caption: str) -> str:
-        return caption if self.milestone_line else caption.split(" Milestones reached:", 1)[0]
-
     def describe(self, frames) -> list:
         import dataclasses
 
-        return [dataclasses.replace(d, text=self._text(c)) for d, c in zip(self.base.describe(frames), self.coca.caption(frames))]
+        return [dataclasses.replace(d, text=with_milestone_line(c, d.text))
+                for d, c in zip(self.base.describe(frames), self.coca.caption(frames))]
 
     def describe_step(self, state, status, frame):
         self.base.check_frame(frame)

@@ -51,7 +51,7 @@ class PerceptionBundle:
             return base
         from robo_prm.perception.coca import CocaCaptioner, load_coca
 
-        return CocaCaptioner(base, load_coca(caption_model), milestone_line)
+        return CocaCaptioner(base, load_coca(caption_model))
 
 
 def save_perception(folder: str | Path, net: PerceptionNet, text: TextTower, manifest: dict | None = None,
