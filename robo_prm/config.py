@@ -139,6 +139,8 @@ class TrainConfig:
             raise ConfigError("demo_bc: clones the demonstrations: needs demos > 0")
         if self.demos and self.reward_source == "her":
             raise ConfigError("demos: not with reward_source her (HerReplayBuffer keeps whole episodes of its own)")
+        if self.describe.caption_model and self.describe.source != "pixels":
+            raise ConfigError("describe.caption_model: captions frames: needs describe.source pixels")
         if self.judge.backend == "clip" and not (self.describe.source == "pixels" and self.describe.goal_similarity):
             raise ConfigError("judge.backend: clip scores frames: needs describe.source pixels and describe.goal_similarity "
                               "true (--reward_source clip sets both)")

@@ -102,6 +102,10 @@ def test_train_and_replay_take_the_caption_model(tiny_coca, tiny_model, tmp_path
     finally:
         env.close()
     ep = add_pixel_captions(load_episode(tmp_path / "ep_0000"), str(tiny_model), caption_model=str(tiny_coca))
+    from robo_prm.config_io import ConfigError
+
+    with pytest.raises(ConfigError, match="describe.caption_model: .*needs describe.source pixels"):
+        load_train_config(None, {"describe.caption_model": str(tiny_coca)}).check_combination()
     assert [c.split(" Milestones")[0] for c in ep.pixel_captions] == \
         [c.split(" Milestones")[0] for c in coca.caption(np.stack(ep.frames))]
 
