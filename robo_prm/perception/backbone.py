@@ -43,11 +43,15 @@ class Trunk(nn.Module):
         self.stride = BLOCK_STRIDE[blocks - 1]
         self.out_size = -(-size // self.stride)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def prefix(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """The stem and the first n blocks (the part training keeps frozen and caches)."""
         x = self.stem((x - 127.0) / 128.0)  # Lite's own preprocessing: (pixel - 127) / 128
-        for b in self.blocks:
+        for b in self.blocks[:n]:
             x = b(x)
         return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.prefix(x, len(self.blocks))
 
 
 class Neck(nn.Module):

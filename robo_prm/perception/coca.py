@@ -119,15 +119,8 @@ class SceneTokens(nn.Module):
         tok = self.ln(self.proj(x).flatten(2).transpose(1, 2) + self.pos)  # (B, 64, width)
         return self.latent(F.gelu(self.narrow(tok)).flatten(1)), tok
 
-    def prefix(self, images: torch.Tensor, n: int) -> torch.Tensor:
-        """Stem + the first n trunk blocks (the part kept frozen in training)."""
-        x = self.trunk.stem((images - 127.0) / 128.0)
-        for b in self.trunk.blocks[:n]:
-            x = b(x)
-        return x
-
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.tokens_from(self.prefix(images, 0), 0)
+        return self.tokens_from(self.trunk.prefix(images, 0), 0)
 
     def set_grad_checkpointing(self, enable: bool = True):  # open_clip calls it on every tower
         pass

@@ -82,11 +82,7 @@ class _Prefix(torch.nn.Module):
 
     @torch.no_grad()
     def forward(self, x):
-        t = self.trunk
-        x = t.stem((x - 127.0) / 128.0)
-        for b in t.blocks[: self.n]:
-            x = b(x)
-        return x
+        return self.trunk.prefix(x, self.n)
 
 
 def _rest(net: PerceptionNet, fmap: torch.Tensor, n: int) -> dict[str, torch.Tensor]:

@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from robo_prm.config_flags import opt
-from robo_prm.perception.backbone import to_tensor
 from robo_prm.perception.clip import clip_loss
 from robo_prm.perception.coca import PAD, CaptionTokens, CocaBundle, CocaConfig, build_coca, save_coca
 from robo_prm.perception.dataset import FrameSet, load_frames
+from robo_prm.perception.train import precompute
 from robo_prm.provenance import provenance
 
 log = logging.getLogger(__name__)
@@ -48,11 +48,6 @@ class CocaTrainConfig:
     threads: int = opt(1, "torch threads")
     seed: int = opt(0, "seed of the initialisation and the batches")
     imagenet: bool = opt(True, "start the trunk from the ImageNet weights (tests: false)")
-
-
-def precompute(model, frames: np.ndarray, n: int, batch: int = 256) -> torch.Tensor:
-    with torch.no_grad():
-        return torch.cat([model.visual.prefix(to_tensor(frames[i:i + batch]), n).half() for i in range(0, len(frames), batch)])
 
 
 def _step_losses(model, loss_fn, fmaps: torch.Tensor, tokens: torch.Tensor, ids: torch.Tensor, n_frozen: int,
@@ -149,7 +144,8 @@ def train(cfg: CocaTrainConfig, data: FrameSet | None = None, progress: bool = T
     for m in prefix:  # batch norm on its ImageNet statistics, in the cached outputs as at run time
         m.eval()
     t0 = time.perf_counter()
-    fmaps = precompute(model, train_set.arrays["frames"], n_frozen)
+    with torch.no_grad():
+        fmaps = precompute(lambda x: model.visual.trunk.prefix(x, n_frozen), train_set.arrays["frames"], progress=progress)
     prefix_s = time.perf_counter() - t0
     tokens = tok.encode(list(captions))
     t1 = time.perf_counter()
