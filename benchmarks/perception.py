@@ -58,14 +58,14 @@ def predicates(out, held, threshold_hazard: float) -> dict:
     return {"per_predicate": res, "hazards_pooled": pooled_hazards(out, held, threshold_hazard)}
 
 
-def slot_texts(out, held, net, threshold_hazard: float, milestone_line: bool = True) -> list[str]:
+def slot_texts(out, held, net, threshold_hazard: float) -> list[str]:
     """The slot heads' caption of every held-out frame, in held-out order."""
     from robo_prm.perception.captioner import PixelCaptioner
 
     texts = [""] * len(held)
     for ti, name in enumerate(held.meta["tasks"]):
         idx = np.flatnonzero(held.arrays["task"] == ti)
-        cap = PixelCaptioner(load_task(name), net, milestone_line, threshold_hazard)
+        cap = PixelCaptioner(load_task(name), net, True, threshold_hazard)
         sub = {k: v[idx] for k, v in out.items()}
         for j, i in enumerate(idx):
             texts[i] = cap.from_outputs(sub, j).text
@@ -88,10 +88,8 @@ def caption_scores(texts: list[str], held) -> dict:
             "fact_precision": facts["precision"], "fact_recall": facts["recall"], "per_task": per_task}
 
 
-def captions(out, held, net, threshold_hazard: float) -> dict:
-    texts = slot_texts(out, held, net, threshold_hazard)
+def captions(texts: list[str], out, held) -> dict:
     res = caption_scores(texts, held)
-    res["texts"] = texts
     res["slot_accuracy"] = {name: {"accuracy": a, "n": n} for name, (a, n) in slot_accuracy(out, held).items()}
     return res
 
@@ -284,6 +282,7 @@ def main(argv=None) -> int:
     held = load_frames(args.data).split(heldout=True)
     t0 = time.perf_counter()
     out = predict(net, held.arrays["frames"])
+    texts = slot_texts(out, held, net, bundle.hazard_threshold)
     result = {
         **provenance(None if argv is None else "python benchmarks/perception.py " + " ".join(argv)),
         "torch_threads": 1,
@@ -291,13 +290,12 @@ def main(argv=None) -> int:
         "heldout_frames": len(held),
         "hazard_threshold": bundle.hazard_threshold,
         "predicates": predicates(out, held, bundle.hazard_threshold),
-        "captions": captions(out, held, net, bundle.hazard_threshold),
+        "captions": captions(texts, out, held),
         "retrieval": retrieval(out, held, bundle.clip()),
         "cache": cache_reuse(out, held, net, bundle.hazard_threshold),
     }
     if args.coca:
-        result["coca"] = coca_captions(args.coca, held, result["captions"]["texts"])
-    del result["captions"]["texts"]
+        result["coca"] = coca_captions(args.coca, held, texts)
     result["voc"] = goal_voc(bundle, held.meta["tasks"], args.episodes, args.seed)
     result["speed"] = speed(bundle)
     result["seconds"] = round(time.perf_counter() - t0, 1)

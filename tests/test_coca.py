@@ -80,6 +80,7 @@ def test_the_coca_caption_is_the_text_the_rest_stays_the_perception_models(tiny_
 def test_train_and_replay_take_the_caption_model(tiny_coca, tiny_model, tmp_path):
     """`--describe.caption_model DIR` in pixels mode, `robo-prm replay --pixel_captions --caption_model DIR`."""
     from robo_prm.config import load_train_config
+    from robo_prm.config_io import ConfigError
     from robo_prm.envs.task import load_task
     from robo_prm.replay import EpisodeMeta, EpisodeWriter, StepRecord, load_episode
     from robo_prm.replay.captions import add_pixel_captions
@@ -102,7 +103,6 @@ def test_train_and_replay_take_the_caption_model(tiny_coca, tiny_model, tmp_path
     finally:
         env.close()
     ep = add_pixel_captions(load_episode(tmp_path / "ep_0000"), str(tiny_model), caption_model=str(tiny_coca))
-    from robo_prm.config_io import ConfigError
 
     with pytest.raises(ConfigError, match="describe.caption_model: .*needs describe.source pixels"):
         load_train_config(None, {"describe.caption_model": str(tiny_coca)}).check_combination()

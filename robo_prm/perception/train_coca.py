@@ -3,7 +3,8 @@
 Loss: open_clip's `CoCaLoss` caption term (next-token cross-entropy on the state caption) plus the contrastive term
 on distinct captions (`clip.clip_loss`: a repeated caption is no negative; open_clip's ClipLoss otherwise). The
 stem and the first `freeze_blocks` trunk blocks keep their ImageNet weights and their output is computed once per
-frame (fp16, in memory), as in `train.py`; the trunk's batch norms keep their ImageNet statistics throughout. Each batch is cut to its longest caption (the rest is padding).
+frame (fp16, in memory), as in `train.py`; the trunk's batch norms keep their ImageNet statistics throughout.
+Each batch is cut to its longest caption (the rest is padding).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 class CocaTrainConfig:
     data: str = opt("data/perception", "a folder written by `robo-prm perception collect` (several: comma-separated)")
     out: str = opt("runs/coca", "where the trained folder goes")
-    width: int = opt(128, "width of the text tower, the decoder and the image tokens")
+    width: int = opt(192, "width of the text tower, the decoder and the image tokens")
     heads: int = opt(4, "attention heads")
     text_layers: int = opt(1, "layers of the causal text tower")
     decoder_layers: int = opt(2, "layers of the multimodal decoder")
@@ -131,9 +132,9 @@ def train(cfg: CocaTrainConfig, data: FrameSet | None = None, progress: bool = T
     data = data or load_frames(cfg.data)
     train_set = data.split(heldout=False)
     captions, caption_id = np.unique(train_set.arrays["caption"], return_inverse=True)
-    tok = CaptionTokens.fit(data.arrays["caption"], context_length=96)  # held-out captions' words too: no unknown
+    tok = CaptionTokens.fit(data.arrays["caption"], CocaConfig.context_length)  # held-out captions' words too: no unknown
     coca_cfg = CocaConfig(size=data.meta["size"], embed_dim=cfg.embed_dim, width=cfg.width, heads=cfg.heads,
-                          text_layers=cfg.text_layers, decoder_layers=cfg.decoder_layers, context_length=96,
+                          text_layers=cfg.text_layers, decoder_layers=cfg.decoder_layers,
                           bpe_ids=tok.bpe_ids)
     model = build_coca(coca_cfg, imagenet=cfg.imagenet)
     n_frozen = cfg.freeze_blocks
