@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibrator", default=None, help="judge.transformers.calibrator (with --model: that model's)")
     ap.add_argument("--progress_reader", default=None, help="judge.progress_reader, for the reader / reader_blend "
                                                             "policies (null: the shipped one)")
+    ap.add_argument("--score_head", default=None, help="judge.score_head: a head folder, or none (null: the shipped "
+                                                       "one with the shipped judge)")
     args = ap.parse_args(argv)
 
     import torch
@@ -55,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     cfg = JudgeConfig(backend=args.backend, n_threads=args.threads, hazard_answerer=args.hazard_answerer,
-                      hazard_reader=args.hazard_reader, model=args.model)
+                      hazard_reader=args.hazard_reader, model=args.model,
+                      score_head=args.score_head)
     if args.calibrator:
         cfg = dataclasses.replace(cfg, transformers=dataclasses.replace(cfg.transformers, calibrator=args.calibrator))
     if args.distilled:

@@ -19,6 +19,7 @@ skipped unless --rerun. The file is exactly a JSON list of runs:
 The commands, demo/curriculum/judge statistics and episode counts go beside it to <out>_detail.jsonl.
 
 Variants (docs/LEARNING.md):
+  shipped           `robo-prm train --task T` as shipped: the task's train config, no aid switched on or off
   sparse            SAC on the sparse env reward (`--reward_source env`)
   her               SAC + HerReplayBuffer on the sparse reward, goal-conditioned view (`--reward_source her`)
   dense             the task's hand-written dense reward (`--reward_source dense`)
@@ -58,6 +59,7 @@ DEMOS = ["--demos", "50", "--demo_bc.pretrain_steps", "0"]  # demos as replay ro
 DEMOS_BC = ["--demos", "50", "--demo_bc.pretrain_steps", "5000"]  # + the clone, warm-up and Q-filtered BC (train/bc.py)
 # every variant states its aids, so a variant means the same on every task whatever its train config ships
 VARIANTS = {
+    "shipped": [],  # the task's train config as shipped, nothing overridden (issue 15's "defaults that work")
     "sparse": ["--reward_source", "env", *NO_DEMOS],
     "her": ["--reward_source", "her", *NO_DEMOS],
     "dense": ["--reward_source", "dense", *NO_DEMOS],

@@ -1,4 +1,4 @@
-"""CLI wiring for `robo-prm label | finetune | distill | evaluate-judge` (added by `add_finetune_commands`).
+"""CLI wiring for `robo-prm label | finetune | finetune-head | distill | evaluate-judge` (added by `add_finetune_commands`).
 
 Every flag is a field of the `*Args` dataclasses below (`FinetuneArgs` = `LoraTrainConfig` + files)."""
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Literal
 from robo_prm.config_flags import add_config_args, config_command, opt
 from robo_prm.finetune.hazard_reader import HazardTrainConfig
 from robo_prm.finetune.progress_reader import ProgressTrainConfig
+from robo_prm.finetune.score_head import ScoreHeadTrainConfig
 from robo_prm.finetune.labels import HELDOUT_TASKS, TRAIN_TASKS
 from robo_prm.finetune.lora import LoraTrainConfig
 from robo_prm.judge.config import JudgeConfig
@@ -210,6 +211,16 @@ def cmd_finetune_progress(cfg) -> int:
     return 0
 
 
+# ---- finetune-head -----------------------------------------------------------------------
+def cmd_finetune_head(cfg) -> int:
+    from robo_prm.finetune.score_head import train_score_head
+
+    info = train_score_head(cfg)
+    print(json.dumps({k: info[k] for k in ("train_labels", "heldout_labels", "seconds", "heldout_llm_voc")}
+                     | {"last": info["history"][-1]}))
+    return 0
+
+
 # ---- evaluate-judge ----------------------------------------------------------------------
 def cmd_evaluate(args) -> int:
     if args.task:  # any task file: robo_prm/finetune/any_task.py
@@ -364,6 +375,8 @@ def add_finetune_commands(sub) -> None:
              "train the hazard reader (hazards in words → P(present)) on labels' checked hazards"),
             ("finetune-progress", ProgressTrainConfig, cmd_finetune_progress,
              "train the progress reader (task + scene text → progress), the judge's second opinion (fallback reader)"),
+            ("finetune-head", ScoreHeadTrainConfig, cmd_finetune_head,
+             "fit the score head (the judge LLM's last hidden state → score digits) on labels, the LLM frozen"),
             ("evaluate-judge", EvaluateArgs, cmd_evaluate,
              "held-out tasks/texts: VOC, hazard P/R, ECE, confidence, ms per judgement")):
         p = sub.add_parser(name, help=helptext)

@@ -24,8 +24,13 @@ def resolve_finetuned(cfg: JudgeConfig) -> JudgeConfig:
     calibrator = tf.calibrator or (str(shipped_calibrator()) if shipped_calibrator() else None)
     if cfg.backend == "llamacpp":
         from robo_prm.judge.merge import merged_judge_gguf
+        from robo_prm.judge.score_head import shipped_score_head_folder
 
-        return dataclasses.replace(cfg, model=merged_judge_gguf(), transformers=dataclasses.replace(tf, calibrator=calibrator))
+        head = cfg.score_head
+        if head is None and (shipped_score_head_folder() / "head.json").exists():
+            head = str(shipped_score_head_folder())  # fitted to this merged model's hidden states
+        return dataclasses.replace(cfg, model=merged_judge_gguf(), score_head=head,
+                                   transformers=dataclasses.replace(tf, calibrator=calibrator))
     return dataclasses.replace(cfg, transformers=dataclasses.replace(tf, adapter=tf.adapter or str(shipped_adapter()), calibrator=calibrator))
 
 
@@ -57,12 +62,21 @@ def make_progress_reader(cfg: JudgeConfig):
 
 def make_judge(cfg: JudgeConfig | None = None) -> ConfidentJudge:
     """The judge `cfg.backend` names, wrapped in the confidence fallback to rules."""
+    import dataclasses
+
     cfg = resolve_finetuned(cfg or JudgeConfig())
+    if cfg.score_head not in (None, "none") and cfg.backend != "llamacpp":
+        raise ValueError(f"judge.score_head reads llama.cpp's logits; judge.backend is {cfg.backend} "
+                         "(or --judge.score_head none)")
     calibrator = None
     if cfg.transformers.calibrator:
         from robo_prm.judge.scoring import Calibrator
 
         calibrator = Calibrator.load(cfg.transformers.calibrator)
+        if cfg.backend == "llamacpp" and cfg.score_head not in (None, "none"):
+            # the head is fitted to the labels' progress itself: the calibrator's map was fitted to the LLM's digits
+            # (its per-kind hazard thresholds still apply)
+            calibrator = dataclasses.replace(calibrator, x=(0.0, 1.0), y=(0.0, 1.0))
     if cfg.backend == "rules":
         return ConfidentJudge(None, cfg)
     reader, second = make_hazard_reader(cfg), make_progress_reader(cfg)

@@ -52,6 +52,10 @@ class JudgeConfig:
     # The shipped fine-tuned judge is the LoRA adapter in robo_prm/models, merged into the bundled GGUF
     # once (cached in ~/.cache/robo_prm), plus its calibrator.
     finetuned: bool = opt(True, "with model null: the shipped fine-tuned judge; false: the zero-shot model")
+    score_head: str | None = opt(None, "llama.cpp: a score head's folder (`robo-prm finetune-head`): the score is read "
+                                       "from the LLM's last hidden state by that trained layer instead of its digit "
+                                       "tokens; null: the shipped head with the shipped fine-tuned judge, none "
+                                       "elsewhere; none: the LLM's digits")
     n_threads: int = opt(2, "llama.cpp threads (torch keeps the process's setting)")
     n_ctx: int = opt(2048, "llama.cpp context length, tokens")
     seed: int = opt(0, "sampling seed of the judge")

@@ -118,6 +118,34 @@ class LlamaCppBackend:
         if not self._can_rewind:
             self._batch_seqs = 1
         self._tasks: dict[tuple, _TaskTokens] = {}
+        self.score_head = self._load_score_head(cfg.score_head)
+
+    def _load_score_head(self, folder: str | None):
+        """The trained head that reads the score from the hidden state (judge.score_head), bound to this model."""
+        if not folder or folder == "none":
+            return None
+        from pathlib import Path
+
+        from robo_prm.judge.score_head import HiddenFromLogits, ScoreHead, output_matrix
+
+        try:
+            head = ScoreHead.load(folder)
+            head.bind(HiddenFromLogits(output_matrix(self.model_path)))
+        except (FileNotFoundError, ValueError) as exc:
+            raise ValueError(f"judge.score_head: {exc}") from None
+        if head.info.get("model") not in (None, Path(self.model_path).name):
+            log.warning("judge.score_head %s was fitted to %s, the judge model is %s: its scores mean little here",
+                        folder, head.info.get("model"), Path(self.model_path).name)
+        return head
+
+    def _digits(self, logits: np.ndarray, tt: _TaskTokens) -> tuple[np.ndarray, float]:
+        """(distribution over 0–9, share of the mass on digits) at the score position: the score head's answer
+        where there is one (its reading of the hidden state mixed with the next-token digits; it always answers
+        with a digit), else the next-token digits."""
+        digits, mass = digit_probs(logits, tt.digits)
+        if self.score_head is not None:
+            return self.score_head.digits(logits, digits), 1.0
+        return digits, mass
 
     # ---- tokens --------------------------------------------------------------------
     def _piece(self, token: int) -> str:
@@ -198,7 +226,7 @@ class LlamaCppBackend:
         for scene in scenes:
             t0 = time.perf_counter()
             head = tt.prefix + self.tokenize(scene_text(scene))
-            digits, mass = digit_probs(self._eval(tt, head + tt.score_tail), tt.digits)
+            digits, mass = self._digits(self._eval(tt, head + tt.score_tail), tt)
             probs = {}
             for name in hazards:  # each question continues from the scene's KV cells
                 tail, yes, no = tt.hazards[name]
@@ -206,6 +234,11 @@ class LlamaCppBackend:
             reason = self._reason(tt, head, digits) if explain else None
             out.append(Scored(digits, mass, probs, reason, (time.perf_counter() - t0) * 1e3))
         return out
+
+    def score_logits(self, task: TaskText, scenes: Sequence[SceneDescription]) -> tuple[_TaskTokens, list[np.ndarray]]:
+        """(the task's tokens, the next-token logits at each scene's score position): what the score head reads."""
+        tt = self._task(task)
+        return tt, [self._eval(tt, tt.prefix + self.tokenize(scene_text(s)) + tt.score_tail) for s in scenes]
 
     def _score_batched(self, tt: _TaskTokens, scenes: Sequence[SceneDescription], hazards: Sequence[str],
                        explain: bool) -> list[Scored]:
@@ -219,7 +252,7 @@ class LlamaCppBackend:
         logits = iter(self._eval_many(tt, prompts))
         out = []
         for head in heads:
-            digits, mass = digit_probs(next(logits), tt.digits)
+            digits, mass = self._digits(next(logits), tt)
             probs = {}
             for name in hazards:
                 _, yes, no = tt.hazards[name]
