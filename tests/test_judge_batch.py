@@ -69,8 +69,9 @@ def f32_gguf(tmp_path_factory):
     return str(out)
 
 
-def _pair(model: str | None, finetuned: bool = False):
-    cfg = JudgeConfig(model=model, finetuned=finetuned, n_threads=1, cache_size=0, confidence_threshold=0.0)
+def _pair(model: str | None, finetuned: bool = False, score_head: str | None = None):
+    cfg = JudgeConfig(model=model, finetuned=finetuned, n_threads=1, cache_size=0, confidence_threshold=0.0,
+                      score_head=score_head)
     return (make_judge(dataclasses.replace(cfg, batch_seqs=1)).backend,
             make_judge(dataclasses.replace(cfg, batch_seqs=16)).backend)
 
@@ -103,9 +104,16 @@ def test_llamacpp_batches_follow_one_at_a_time_on_the_shipped_model():
     """The shipped judge (Q4 weights, 8-bit activations: summation-order bits become small differences)."""
     pytest.importorskip("llama_cpp")
     task = load_task("push_tool_from_edge").text
-    one, many = _pair(None, finetuned=True)
-    alone, batched = _compare(one, many, task, HAZARDS[:1], tol=0.08, scenes=SCENES[:6])
     progress = lambda s: float(np.dot(s.digits, np.arange(10)) / 9)  # noqa: E731
+    one, many = _pair(None, finetuned=True, score_head="none")  # the LLM's own digit tokens
+    alone, batched = _compare(one, many, task, HAZARDS[:1], tol=0.08, scenes=SCENES[:6])
+    assert max(abs(progress(a) - progress(b)) for a, b in zip(alone, batched)) < 0.04
+    # the score head reads the whole hidden state, whose 8-bit quantization differs a little more between the two
+    # paths than the ten digit rows show (digit probabilities up to ~0.12 apart); the progress stays as close
+    one, many = _pair(None, finetuned=True)
+    alone = one.score(task, SCENES[:6], HAZARDS[:1], explain=False)
+    batched = many.score(task, SCENES[:6], HAZARDS[:1], explain=False)
+    assert one.score_head is not None and many.score_head is not None
     assert max(abs(progress(a) - progress(b)) for a, b in zip(alone, batched)) < 0.04
 
 

@@ -96,13 +96,14 @@ def fitted_head(tmp_path_factory):
     return root / "head", labels, info
 
 
-def test_finetune_head_fits_its_labels_and_the_judge_reads_with_it(fitted_head):
+def test_finetune_head_fits_its_labels_and_the_judge_reads_with_it(fitted_head, tmp_path, monkeypatch):
     from scipy.stats import spearmanr
 
     from robo_prm.judge import JudgeConfig, bundled_model_path, make_judge
     from robo_prm.finetune.labels import read_labels
     from robo_prm.types import SceneDescription
 
+    monkeypatch.setenv("ROBO_PRM_CACHE", str(tmp_path))
     folder, labels, info = fitted_head
     assert info["history"][-1]["loss"] < info["history"][0]["loss"]
     assert info["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and (folder / "features.npz").exists()
@@ -112,6 +113,10 @@ def test_finetune_head_fits_its_labels_and_the_judge_reads_with_it(fitted_head):
     train = [lab for lab in read_labels(folder.parent / "labels.jsonl", split="train")]
     got = judge.judge(train[0].judge_text(), [SceneDescription(lab.scene, ()) for lab in train])
     assert spearmanr([j.progress for j in got], [lab.target for lab in train])[0] > 0.8  # it learnt its rows
+    cached = list(tmp_path.glob("score_head-*.npy"))
+    assert len(cached) == 1  # the folded layer, so the next load skips the output matrix
+    again = make_judge(cfg).judge(train[0].judge_text(), [SceneDescription(lab.scene, ()) for lab in train])
+    assert [j.progress for j in again] == [j.progress for j in got]
     plain = make_judge(dataclasses.replace(cfg, score_head="none"))
     other = plain.judge(train[0].judge_text(), [SceneDescription(lab.scene, ()) for lab in train[:3]])
     assert [j.progress for j in other] != [j.progress for j in got[:3]]  # "none": the LLM's own digits

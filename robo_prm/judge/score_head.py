@@ -23,11 +23,15 @@ Folder: head.json (architecture, input standardisation, llm_share, training reco
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
 
 import numpy as np
 
 from robo_prm.judge.weights import models_dir
+
+log = logging.getLogger(__name__)
 
 
 def shipped_score_head_folder() -> Path:
@@ -52,16 +56,20 @@ class HiddenFromLogits:
     """h = (WᵀW)⁻¹ Wᵀ logits for an output matrix W: the hidden state behind a row of next-token logits."""
 
     def __init__(self, w: np.ndarray):
-        w64 = np.asarray(w, dtype=np.float64)
         self.w = np.asarray(w, dtype=np.float32)
-        self.gram_inv = np.linalg.inv(w64.T @ w64)
+        gram = np.zeros((self.w.shape[1],) * 2)
+        for i in range(0, len(self.w), 8192):  # WᵀW in float64 without a float64 copy of W (~230 MB for SmolLM2)
+            block = self.w[i:i + 8192].astype(np.float64)
+            gram += block.T @ block
+        self.gram_inv = np.linalg.inv(gram)
 
     def __call__(self, logits: np.ndarray) -> np.ndarray:
-        return (self.gram_inv @ (self.w.T.astype(np.float64) @ np.asarray(logits, dtype=np.float64))).astype(np.float32)
+        wt_logits = self.w.T @ np.asarray(logits, dtype=np.float32)
+        return (self.gram_inv @ wt_logits.astype(np.float64)).astype(np.float32)
 
     def fold(self, a: np.ndarray) -> np.ndarray:
         """A linear map `a` (k × hidden) of h as a map of the logits (k × vocabulary)."""
-        return ((np.asarray(a, dtype=np.float64) @ self.gram_inv) @ self.w.T.astype(np.float64)).astype(np.float32)
+        return (np.asarray(a, dtype=np.float64) @ self.gram_inv).astype(np.float32) @ self.w.T
 
 
 class ScoreHead:
@@ -124,6 +132,31 @@ class ScoreHead:
             raise ValueError(f"the head reads hidden states of size {self.hidden_size}, the model has {recover.w.shape[1]}")
         a, c = self._first_layer()
         self._first = (recover.fold(a), c)
+        return self
+
+    def bind_to_model(self, gguf_path: str | Path) -> "ScoreHead":
+        """`bind` to a GGUF's output matrix; the folded layer is cached in ~/.cache/robo_prm (2 MB for a linear head),
+        since reading and dequantizing the matrix costs seconds and a few hundred MB once."""
+        import hashlib
+
+        from robo_prm.judge.merge import cache_dir
+
+        path = Path(gguf_path)
+        digest = hashlib.sha256(f"{path.name}:{path.stat().st_size}".encode())
+        for k in sorted(self.weights):
+            digest.update(k.encode() + self.weights[k].tobytes())
+        cached = cache_dir() / f"score_head-{digest.hexdigest()[:16]}.npy"
+        if cached.exists():
+            self._first = (np.load(cached), self._first_layer()[1])
+            return self
+        self.bind(HiddenFromLogits(output_matrix(path)))
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_suffix(f".{os.getpid()}.tmp.npy")
+            np.save(tmp, self._first[0])
+            tmp.replace(cached)  # whole or absent, whoever reads it
+        except OSError as exc:  # a read-only cache costs the next load its seconds, nothing else
+            log.warning("score head: could not cache the folded layer in %s (%s)", cached.parent, exc)
         return self
 
     def _rest(self, z: np.ndarray) -> np.ndarray:

@@ -126,11 +126,10 @@ class LlamaCppBackend:
             return None
         from pathlib import Path
 
-        from robo_prm.judge.score_head import HiddenFromLogits, ScoreHead, output_matrix
+        from robo_prm.judge.score_head import ScoreHead
 
         try:
-            head = ScoreHead.load(folder)
-            head.bind(HiddenFromLogits(output_matrix(self.model_path)))
+            head = ScoreHead.load(folder).bind_to_model(self.model_path)
         except (FileNotFoundError, ValueError) as exc:
             raise ValueError(f"judge.score_head: {exc}") from None
         if head.info.get("model") not in (None, Path(self.model_path).name):
