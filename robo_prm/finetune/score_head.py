@@ -6,7 +6,7 @@ through the llama.cpp backend — and the hidden state behind its score logits i
 `<out>/features.npz`, so a second fit with other head settings skips the LLM). The head is fitted to the label's soft
 target, the narrow Gaussian over the digits 0–9 the LoRA score rows use (robo_prm/finetune/lora.py), with every task
 weighing the same (the shipped tidy_table has ~40 % of the rows). The `heldout` split (held-out families, phrasings
-and tasks) is reported after every epoch: the value-order correlation along each held-out episode by source, the
+and tasks) is reported every 10 epochs: the value-order correlation along each held-out episode by source, the
 LLM's own digits beside it.
 """
 from __future__ import annotations
