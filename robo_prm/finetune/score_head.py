@@ -147,10 +147,11 @@ def train_score_head(cfg: ScoreHeadTrainConfig, echo=print) -> dict:
     rows, rng, history = np.flatnonzero(train), np.random.default_rng(cfg.seed), []
     ticks = np.arange(10, dtype=np.float32) / 9.0
 
-    def progress() -> np.ndarray:
+    def held_digits() -> np.ndarray:
+        """The head's digit distributions on the held-out rows."""
         net.eval()
         with torch.no_grad():
-            p = torch.softmax(net(x[~train]), -1).numpy() @ ticks
+            p = torch.softmax(net(x[~train]), -1).numpy()
         net.train()
         return p
 
@@ -165,22 +166,17 @@ def train_score_head(cfg: ScoreHeadTrainConfig, echo=print) -> dict:
             total += float(loss.detach()) * len(b)
         row = {"epoch": epoch + 1, "loss": total / len(rows)}
         if held and ((epoch + 1) % 10 == 0 or epoch + 1 == cfg.epochs):
-            row["heldout_voc"] = episode_voc(held, progress())
+            row["heldout_voc"] = episode_voc(held, held_digits() @ ticks)
         history.append(row)
         echo(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
-    head_digits = None
-    if held:
-        net.eval()
-        with torch.no_grad():
-            head_digits = torch.softmax(net(x[~train]), -1).numpy()
-    share, shares = choose_llm_share(held, head_digits, llm_digits[~train], cfg.llm_share)
+    share, shares = choose_llm_share(held, held_digits() if held else None, llm_digits[~train], cfg.llm_share)
     echo(f"llm_share {share} (held-out scripted VOC by share: {shares})")
     mods = [m for m in net if isinstance(m, torch.nn.Linear)]
     weights = {"mean": mean, "std": std}
     for i, m in enumerate(mods):
         weights[f"w{i}"], weights[f"b{i}"] = m.weight.detach().numpy(), m.bias.detach().numpy()
-    info = {"kind": "score_head", "model": Path(model).name, "llm_share": share, "heldout_voc_by_share": shares, "labels": str(cfg.labels), "train_labels": int(train.sum()),
-            "heldout_labels": len(held), "history": history,
+    info = {"kind": "score_head", "model": Path(model).name, "llm_share": share, "heldout_voc_by_share": shares,
+            "labels": str(cfg.labels), "train_labels": int(train.sum()), "heldout_labels": len(held), "history": history,
             "heldout_llm_voc": episode_voc(held, llm_digits[~train] @ ticks) if held else {},
             "config": {k: getattr(cfg, k) for k in ("hidden", "epochs", "batch_size", "lr", "weight_decay", "sigma",
                                                     "strip_milestones", "seed")},

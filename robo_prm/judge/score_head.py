@@ -9,14 +9,13 @@ than the LLM's own score pass.
 
 h is recovered from the next-token logits, which every local backend already reads: logits = W h and W has full
 column rank, so h = (WᵀW)⁻¹ Wᵀ logits. The first layer of the head is folded into that map once at load
-(`bind`), so a judgement costs one (hidden units × vocabulary) product on top of the LLM pass. With a quantized
-output matrix llama.cpp quantizes h to 8 bits before the product; the h recovered is that one (correlation 0.9999
-with llama.cpp's own embedding output, checked when the head was built).
+(`bind`, cached per model and head by `bind_to_model`), so a judgement costs one (hidden units × vocabulary) product
+on top of the LLM pass. With a quantized output matrix llama.cpp quantizes h to 8 bits before the product; the h
+recovered is that one (correlation > 0.999 with llama.cpp's own embedding output: tests/test_score_head.py).
 
-The answer is a mixture: `llm_share` (head.json, chosen on the held-out labels when the head is fitted) of the LLM's
-own digit distribution, the rest the head's. The two read the same hidden state differently — the digit rows of W
-were tuned by the LoRA on the shipped tasks' texts, the head on many generated task families — and on held-out labels
-the mixture orders episodes better than either alone (docs/FINETUNE.md, "Score head").
+`llm_share` (head.json) mixes the LLM's own digit distribution into the answer. The shipped head uses 0: a mixture
+ordered held-out labels a little better but, being wider, made the judge unconfident more often (docs/FINETUNE.md,
+"Score head").
 
 Folder: head.json (architecture, input standardisation, llm_share, training record) + head.safetensors.
 """

@@ -141,10 +141,11 @@ class LlamaCppBackend:
         """(distribution over 0–9, share of the mass on digits) at the score position: the score head's answer
         where there is one (its reading of the hidden state mixed with the next-token digits; it always answers
         with a digit), else the next-token digits."""
-        digits, mass = digit_probs(logits, tt.digits)
-        if self.score_head is not None:
-            return self.score_head.digits(logits, digits), 1.0
-        return digits, mass
+        head = self.score_head
+        if head is None:
+            return digit_probs(logits, tt.digits)
+        llm = digit_probs(logits, tt.digits)[0] if head.llm_share > 0 else None  # a full-vocabulary softmax: only if mixed
+        return head.digits(logits, llm), 1.0
 
     # ---- tokens --------------------------------------------------------------------
     def _piece(self, token: int) -> str:
