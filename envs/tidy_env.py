@@ -266,6 +266,15 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
             self._start_pos[name] = self.data.body(name).xpos.copy()
         return self._snapshot()
 
+    def shift(self, name: str, dxy) -> SceneState:
+        """Slide object `name` (sim name) by `dxy` (metres) across the table, orientation kept, at rest: a
+        disturbance (someone bumps the table) that labelling uses so "has it moved?" has positives that stand."""
+        adr = self._joint_qpos_adr[name]
+        self.data.qpos[adr : adr + 2] += np.asarray(dxy, dtype=np.float64)[:2]
+        self.data.qvel[self._joint_qvel_adr[name] : self._joint_qvel_adr[name] + 6] = 0.0
+        mujoco.mj_forward(self.model, self.data)
+        return self._snapshot()
+
     def _snapshot(self) -> SceneState:
         self._state = snapshot(self.model, self.data, self._start_pos)
         return self._state

@@ -276,17 +276,54 @@ def test_labels_from_a_run_read_recorded_states_and_rule_progress(tmp_path):
               "The gripper is closed around the hammer. The hammer is held 10 cm above the table."]
     with EpisodeWriter(run / "episodes" / "ep_0000", EpisodeMeta(task="push_tool_from_edge", goal="g")) as w:
         w.add_frame(np.zeros((8, 8, 3), np.uint8))
-        for i, (text, rp) in enumerate([(scenes[0], 0.1), (scenes[0], 0.1), (scenes[1], 0.6), ("old", None)]):
+        visits = [(scenes[0], 0.1), (scenes[0], 0.2), (scenes[0], 0.1), (scenes[1], 0.6), ("old", None)]
+        for i, (text, rp) in enumerate(visits):
             w.add_frame(np.zeros((8, 8, 3), np.uint8))
             w.add_step(StepRecord(step=i, description=text, rule_progress=rp,
                                   hazards_true=["tool_near_edge"] if rp == 0.1 else []))
-    labs = list(run_labels(run, log=lambda *_: None))
+    labs = list(run_labels(run, per_scene=1, log=lambda *_: None))
     assert [lab.scene for lab in labs] == scenes  # de-duplicated, the step without rule progress skipped
     assert [lab.target for lab in labs] == pytest.approx([1.9, 6.4])
+    twice = list(run_labels(run, per_scene=2, log=lambda *_: None))  # a return visit keeps its own target
+    assert [lab.scene for lab in twice] == [scenes[0], scenes[0], scenes[1]]
+    assert [lab.target for lab in twice] == pytest.approx([1.9, 2.8, 6.4])
     assert labs[0].hazards == ["tool_near_edge"] and labs[0].source == "policy" and labs[0].split == "train"
     assert labs[1].reason and "hammer" in labs[1].reason and labs[1].judge_text().goal.startswith("Push or carry")
     with pytest.raises(ValueError, match="not a run folder"):
         list(run_labels(tmp_path))
+
+
+def test_nudged_rollouts_slide_an_object_that_stays_standing(tmp_path):
+    """The `nudged` source: the same perturbed expert, and one object slid early on, so "has it moved?" has
+    positives; the slide keeps the object's pose (an upright cup stays upright) and `moved` measures from reset."""
+    import yaml
+
+    from robo_prm.envs.predicates import _moved
+    from robo_prm.envs.tidy_env import TidyTableEnv
+    from robo_prm.finetune.labels import generated_variants
+
+    raw = raw_task_of("place_cup_in_bin")
+    raw["hazards"] = [*raw.get("hazards", []), {"name": "disturbed", "text": "the glass cup has been pushed or moved",
+                                                "severity": 0.5, "check": "moved(glass_cup, 0.02)"}]
+    (tmp_path / "nudge_me.yaml").write_text(yaml.safe_dump({**raw, "name": "nudge_me", "split": "train"}))
+    [v] = generated_variants(tmp_path)
+    env = TidyTableEnv(v.task)
+    try:
+        before = env.reset(seed=0) and env.scene_state
+        after = env.shift("cup0", (0.05, -0.02))
+        assert np.allclose(after.objects["cup0"].pos[:2] - before.objects["cup0"].pos[:2], (0.05, -0.02), atol=1e-6)
+        assert np.allclose(after.objects["cup0"].up, before.objects["cup0"].up) and not after.objects["cup0"].vel.any()
+        assert _moved(after, "cup0", 0.04) and not _moved(after, "cup0", 0.06) and not _moved(before, "cup0", 0.0)
+    finally:
+        env.close()
+    labs = {src: [lab for seed in (1, 2, 3) for lab in label_states(v, rollout_states(v, src, seed), src, "ep", stride=3)]
+            for src in ("perturbed", "nudged")}
+    standing = [lab for lab in labs["nudged"] if "disturbed" in lab.hazards and "stands" in lab.scene]
+    assert standing and all("has moved" in lab.scene for lab in standing)
+    assert sum("disturbed" in lab.hazards for lab in labs["nudged"]) > sum("disturbed" in lab.hazards
+                                                                         for lab in labs["perturbed"])
+    with pytest.raises(ValueError, match="unknown label source 'shaken'.*nudged"):
+        rollout_states(v, "shaken", 0)
 
 
 def test_generated_task_labels_keep_each_files_split_and_family(tmp_path):

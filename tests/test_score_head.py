@@ -122,6 +122,20 @@ def test_finetune_head_fits_its_labels_and_the_judge_reads_with_it(fitted_head, 
     assert [j.progress for j in other] != [j.progress for j in got[:3]]  # "none": the LLM's own digits
 
 
+def test_a_prompt_seen_before_is_read_once(tmp_path, monkeypatch):
+    pytest.importorskip("llama_cpp")
+    from robo_prm.finetune.score_head import features
+    from robo_prm.judge import bundled_model_path
+    from robo_prm.judge.backends.llamacpp import LlamaCppBackend
+
+    labels = _labels(tmp_path / "labels.jsonl")[:18]
+    calls, read = [], LlamaCppBackend.score_logits
+    monkeypatch.setattr(LlamaCppBackend, "score_logits", lambda self, *a: calls.append(1) or read(self, *a))
+    h, digits = features(labels, bundled_model_path())
+    assert len(calls) == 15  # 18 labels, 3 of them a state visited again (the same task text and scene)
+    assert np.array_equal(h[15], h[0]) and np.array_equal(digits[17], digits[2]) and not np.array_equal(h[1], h[0])
+
+
 def test_score_head_config_errors(fitted_head, tmp_path):
     from robo_prm.judge import JudgeConfig, bundled_model_path, make_judge
 

@@ -81,28 +81,33 @@ def cmd_label(args) -> int:
             judge = make_judge(args.judge)
         serve(args.queue, args.out, args.port, judge=judge)
         return 0
-    from robo_prm.finetune.labels import auto_labels, write_labels
+    from robo_prm.finetune.labels import ROLLOUT_SOURCES, auto_labels, write_labels
 
+    unknown = [s for s in _csv(args.sources) if s not in ROLLOUT_SOURCES]
+    if unknown or not _csv(args.sources):
+        raise SystemExit(f"label auto: --sources {','.join(unknown)}: each must be one of {', '.join(ROLLOUT_SOURCES)}")
     tasks = _csv(args.tasks) or list(TRAIN_TASKS)
     n = 0
     if args.split in ("train", "both"):
-        n += write_labels(auto_labels(tasks, args.episodes, "train", args.seed, args.stride), args.out)
+        n += write_labels(auto_labels(tasks, args.episodes, "train", args.seed, args.stride, sources=args.sources),
+                          args.out)
     if args.split in ("heldout", "both"):
         held = list(dict.fromkeys(tasks + _csv(args.heldout_tasks)))
-        n += write_labels(auto_labels(held, args.heldout_episodes, "heldout", args.seed + 1, args.stride), args.out,
+        n += write_labels(auto_labels(held, args.heldout_episodes, "heldout", args.seed + 1, args.stride,
+                                      sources=args.sources), args.out,
                           append=args.split == "both")
     if args.generated:  # generated task families: each file's split is its own (held-out files → held-out labels)
         from robo_prm.finetune.labels import generated_labels
 
         for split, seed in (("train", args.seed), ("heldout", args.seed + 1)):
             if args.split in (split, "both"):
-                n += write_labels(generated_labels(args.generated, split, args.generated_episodes, seed, args.stride),
-                                  args.out, append=True)
+                n += write_labels(generated_labels(args.generated, split, args.generated_episodes, seed, args.stride,
+                                                   args.sources), args.out, append=True)
     if args.from_run:  # states learning policies visited (train split): label rounds aggregate by appending
         from robo_prm.finetune.labels import run_labels
 
         for run in _csv(args.from_run):
-            n += write_labels(run_labels(run), args.out, append=True)
+            n += write_labels(run_labels(run, args.from_run_per_scene), args.out, append=True)
     print(f"wrote {n} labels to {args.out}")
     return 0
 
@@ -311,10 +316,15 @@ class LabelArgs:
     heldout_episodes: int = opt(3, "auto: the same for the held-out split")
     split: Literal["train", "heldout", "both"] = opt("both", "auto: which split(s) to write")
     stride: int = opt(2, "auto: label every n-th step")
+    sources: list[str] = opt(["scripted", "perturbed", "random"],
+                             "auto: the rollout policies (nudged: the perturbed expert, and one object slid 1–15 cm "
+                             "early on, so \"has it moved?\" has positives)")
     seed: int = opt(0, "auto: seed of the first episode (held out: seed + 1)")
     generated: str | None = opt(None, "auto: also label every task file of this `tasks generate` folder (its split)")
     generated_episodes: int = opt(1, "auto: episodes per source per generated task")
     from_run: list[str] = opt([], "auto: also label the recorded states of these run folders (source policy)")
+    from_run_per_scene: int = opt(8, min=1, help="auto: --from_run keeps at most this many visits of one scene text "
+                                                 "(how often the policy is there is what training sees)")
     queue: str | None = opt(None, "ui: label JSONL of scenes to label")
     port: int = opt(8765, "ui: port of the page on 127.0.0.1")
     compare: bool = opt(True, "ui: once a scene is answered, show the judge's score, reason and hazards beside it")

@@ -10,7 +10,7 @@ One line per labelled scene::
      "frame": null,                                 # optional image path (UI labels)
      "target": 4.6,                                 # progress on the 1-10 scale
      "hazards": ["tool_near_edge"],                 # hazard names present
-     "source": "scripted" | "perturbed" | "random" | "policy" | "human",
+     "source": "scripted" | "perturbed" | "random" | "nudged" | "policy" | "human",
      "split": "train" | "heldout",                  # held-out labels are never trained on
      "base_task": "push_tool_from_edge", "variant": "mallet_p1", "rule_progress": 0.4, "episode": "...", "step": 12}
 
@@ -25,6 +25,7 @@ import json
 import random
 import re
 import zlib
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -38,7 +39,8 @@ from robo_prm.types import HazardText, TaskText
 
 TRAIN_TASKS = ("reach_tool", "push_tool_from_edge", "tidy_table")
 HELDOUT_TASKS = ("place_cup_in_bin",)
-SOURCES = ("scripted", "perturbed", "random", "policy", "human")
+SOURCES = ("scripted", "perturbed", "random", "nudged", "policy", "human")
+ROLLOUT_SOURCES = ("scripted", "perturbed", "random", "nudged")  # the ones `label auto` rolls out
 
 
 def progress_to_target(progress: float) -> float:
@@ -235,11 +237,11 @@ def episode_policy(env, source: str, seed: int, plan: list, perturb: tuple[float
     p = float(rng.uniform(*perturb))  # drawn for every source: the random policy's stream continues after it
     if source == "scripted":
         return ScriptedExpert(env, seed=seed, plan=plan)
-    if source == "perturbed":
+    if source in ("perturbed", "nudged"):
         return ScriptedExpert(env, noise=0.1, perturb=p, seed=seed + 1, plan=plan)
     if source == "random":
         return RandomPolicy(rng)
-    raise ValueError(f"unknown label source '{source}' (have: scripted, perturbed, random)")
+    raise ValueError(f"unknown label source '{source}' (have: {', '.join(ROLLOUT_SOURCES)})")
 
 
 def rollout_states(variant: Variant, source: str, seed: int, perturb=(0.3, 0.6)) -> list:
@@ -253,10 +255,29 @@ def rollout_states(variant: Variant, source: str, seed: int, perturb=(0.3, 0.6))
         states: list = []
         plan = variant.plan or variant.task.plan or PLANS[variant.base]  # a variant's own words, else the base task's
         policy = episode_policy(env, source, seed, plan, perturb)
-        rollout(env, policy, seed, on_step=lambda step: states.append(env.scene_state))
+        nudge = _nudge(env, variant.task, seed) if source == "nudged" else (lambda t: None)
+        rollout(env, policy, seed, on_step=lambda step: states.append(nudge(step.t) or env.scene_state))
         return states
     finally:
         env.close()
+
+
+def _nudge(env, task: Task, seed: int):
+    """The `nudged` source's disturbance: once, at one of the first five steps, one of the
+    task's objects lying on the table slides 1–15 cm (still standing if it stood; it may end near an edge or
+    off the table). Without it "has the cup been moved?" has almost no positives whose object still stands in its
+    place (28 of 576 moved-hazard rows of the generated labels, none of them standing), and the hazard reader
+    learnt "stands in the middle" as "not moved"."""
+    rng = np.random.default_rng(seed + 7)
+    when = int(rng.integers(1, 6))  # early: a scripted episode of a short task is over in ~8 steps
+    who = str(rng.choice(task.movable))
+    r, a = rng.uniform(0.01, 0.15), rng.uniform(0.0, 2.0 * np.pi)
+
+    def at(t: int):
+        if t == when and env.scene_state.objects[who].fingers_touching == 0:  # not out of the gripper's hold
+            return env.shift(who, (r * np.cos(a), r * np.sin(a)))
+        return None
+    return at
 
 
 def label_states(variant: Variant, states: list, source: str, episode: str, stride: int = 1,
@@ -365,11 +386,14 @@ def generated_labels(folder: str | Path, split: str = "train", episodes: int = 1
     log(f"{folder} ({split}): {total} labels over {len(variants)} generated tasks")
 
 
-def run_labels(run_dir: str | Path, log=print) -> Iterator[Label]:
+def run_labels(run_dir: str | Path, per_scene: int = 8, log=print) -> Iterator[Label]:
     """Labels from the states a learning policy visited: every recorded step (training and evaluation episodes)
     of a run folder, with the run's task text; target from the rule progress the recorder stored (episodes
-    recorded before it was stored are skipped, and said so). Source `policy`, split `train`; de-duplicated per
-    scene text. A run's replay buffer holds observation vectors, not scenes, so it is not read."""
+    recorded before it was stored are skipped, and said so). Source `policy`, split `train`; at most `per_scene`
+    visits of one scene text are kept, each with its own target: a state the policy keeps returning to (a tool
+    knocked to the floor, judged every step until the time limit) weighs as it does in training, and where one
+    text covers several distances the head learns that spread. A run's replay buffer holds observation vectors,
+    not scenes, so it is not read."""
     from robo_prm.replay.episode import load_episode
 
     run_dir = Path(run_dir)
@@ -377,7 +401,7 @@ def run_labels(run_dir: str | Path, log=print) -> Iterator[Label]:
     if not cfg.exists():
         raise ValueError(f"{run_dir}: not a run folder (no config.yaml)")
     task = load_task(str(load_yaml(cfg)["task"]))
-    focus, text, seen, skipped = goal_words(task), text_of(task.spec), set(), 0
+    focus, text, seen, skipped = goal_words(task), text_of(task.spec), Counter(), 0
     folders = sorted({p.parent for p in run_dir.glob("**/steps.jsonl")})
     for folder in folders:
         ep = load_episode(folder)
@@ -385,13 +409,13 @@ def run_labels(run_dir: str | Path, log=print) -> Iterator[Label]:
             if rec.rule_progress is None:
                 skipped += 1
                 continue
-            if not rec.description or rec.description in seen:
+            if not rec.description or seen[rec.description] >= per_scene:
                 continue
-            seen.add(rec.description)
+            seen[rec.description] += 1
             yield Label(task=task.name, scene=rec.description, target=progress_to_target(rec.rule_progress),
                         hazards=list(rec.hazards_true), source="policy", task_text=text, split="train",
                         base_task=task.name, variant="policy", rule_progress=float(rec.rule_progress),
                         episode=f"{run_dir.name}/{folder.relative_to(run_dir)}", step=rec.step,
                         reason=reason_target(rec.description, focus))
-    log(f"{run_dir}: {len(seen)} policy-state labels from {len(folders)} episodes"
+    log(f"{run_dir}: {sum(seen.values())} policy-state labels ({len(seen)} scene texts) from {len(folders)} episodes"
         + (f" ({skipped} steps recorded without rule progress skipped)" if skipped else ""))

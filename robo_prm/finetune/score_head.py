@@ -75,12 +75,17 @@ def features(labels, model: str, threads: int = 1, strip: bool = False, cache: P
     backend = LlamaCppBackend(JudgeConfig(model=model, n_threads=threads, batch_seqs=1, finetuned=False))
     recover = HiddenFromLogits(output_matrix(model))
     hs, ds = np.zeros((len(labels), recover.w.shape[1]), np.float32), np.zeros((len(labels), 10), np.float32)
-    t0 = time.perf_counter()
+    t0, done = time.perf_counter(), {}  # a prompt seen before (a state the policy returned to) is read once
     for n, i in enumerate(sorted(range(len(labels)), key=lambda i: labels[i].task)):  # one task prefix at a time
         lab = labels[i]
+        text = lab.judge_text()
         scene = SceneDescription(text=strip_milestones(lab.scene) if strip else lab.scene, facts=())
-        tt, logits = backend.score_logits(lab.judge_text(), [scene])
-        hs[i], ds[i] = recover(logits[0]), digit_probs(logits[0], tt.digits)[0]
+        prompt = (repr(text), scene.text)
+        if prompt in done:
+            hs[i], ds[i] = hs[done[prompt]], ds[done[prompt]]
+            continue
+        tt, logits = backend.score_logits(text, [scene])
+        hs[i], ds[i], done[prompt] = recover(logits[0]), digit_probs(logits[0], tt.digits)[0], i
         if n and n % 500 == 0:
             echo(f"  {n}/{len(labels)} hidden states, {time.perf_counter() - t0:.0f} s")
     backend.close()
