@@ -81,7 +81,8 @@ def cmd_label(args) -> int:
             judge = make_judge(args.judge)
         serve(args.queue, args.out, args.port, judge=judge)
         return 0
-    from robo_prm.finetune.labels import ROLLOUT_SOURCES, auto_labels, write_labels
+    from robo_prm.finetune.label_rollouts import ROLLOUT_SOURCES
+    from robo_prm.finetune.labels import auto_labels, write_labels
 
     unknown = [s for s in _csv(args.sources) if s not in ROLLOUT_SOURCES]
     if unknown or not _csv(args.sources):

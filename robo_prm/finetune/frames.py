@@ -57,7 +57,7 @@ def render_labelled_steps(key: EpisodeKey, labels: list[Label], size: int = 320)
     from robo_prm.envs.experts import PLANS
     from robo_prm.envs.rollout import rollout
     from robo_prm.envs.tidy_env import TidyTableEnv
-    from robo_prm.finetune.labels import episode_policy
+    from robo_prm.finetune.label_rollouts import episode_policy
 
     variant, exact = find_variant(key)
     want = {lab.step: lab for lab in labels if lab.step is not None}

@@ -35,12 +35,12 @@ import numpy as np
 
 from robo_prm.config_io import from_dict, load_yaml
 from robo_prm.envs.task import Task, TaskSpec, load_task, tasks_dir
+from robo_prm.finetune.label_rollouts import rollout_states
 from robo_prm.types import HazardText, TaskText
 
 TRAIN_TASKS = ("reach_tool", "push_tool_from_edge", "tidy_table")
 HELDOUT_TASKS = ("place_cup_in_bin",)
 SOURCES = ("scripted", "perturbed", "random", "nudged", "policy", "human")
-ROLLOUT_SOURCES = ("scripted", "perturbed", "random", "nudged")  # the ones `label auto` rolls out
 
 
 def progress_to_target(progress: float) -> float:
@@ -227,59 +227,6 @@ def _mentions(raw: dict, word: str) -> bool:
 
 
 # ---- auto-labelling ------------------------------------------------------------------------
-def episode_policy(env, source: str, seed: int, plan: list, perturb: tuple[float, float] = (0.3, 0.6)):
-    """The labelling policy of one episode: the scripted expert (with the variant's plan: variants have their
-    own names), the perturbed expert, or uniform random actions."""
-    from robo_prm.envs.experts import ScriptedExpert
-    from robo_prm.envs.rollout import RandomPolicy
-
-    rng = np.random.default_rng(seed)
-    p = float(rng.uniform(*perturb))  # drawn for every source: the random policy's stream continues after it
-    if source == "scripted":
-        return ScriptedExpert(env, seed=seed, plan=plan)
-    if source in ("perturbed", "nudged"):
-        return ScriptedExpert(env, noise=0.1, perturb=p, seed=seed + 1, plan=plan)
-    if source == "random":
-        return RandomPolicy(rng)
-    raise ValueError(f"unknown label source '{source}' (have: {', '.join(ROLLOUT_SOURCES)})")
-
-
-def rollout_states(variant: Variant, source: str, seed: int, perturb=(0.3, 0.6)) -> list:
-    """SceneStates of one episode of `source` policy on the variant's task (its own simulator semantics)."""
-    from robo_prm.envs.experts import PLANS
-    from robo_prm.envs.rollout import rollout
-    from robo_prm.envs.tidy_env import TidyTableEnv
-
-    env = TidyTableEnv(variant.task)
-    try:
-        states: list = []
-        plan = variant.plan or variant.task.plan or PLANS[variant.base]  # a variant's own words, else the base task's
-        policy = episode_policy(env, source, seed, plan, perturb)
-        nudge = _nudge(env, variant.task, seed) if source == "nudged" else (lambda t: None)
-        rollout(env, policy, seed, on_step=lambda step: states.append(nudge(step.t) or env.scene_state))
-        return states
-    finally:
-        env.close()
-
-
-def _nudge(env, task: Task, seed: int):
-    """The `nudged` source's disturbance: once, at one of the first five steps, one of the
-    task's objects lying on the table slides 1–15 cm (still standing if it stood; it may end near an edge or
-    off the table). Without it "has the cup been moved?" has almost no positives whose object still stands in its
-    place (28 of 576 moved-hazard rows of the generated labels, none of them standing), and the hazard reader
-    learnt "stands in the middle" as "not moved"."""
-    rng = np.random.default_rng(seed + 7)
-    when = int(rng.integers(1, 6))  # early: a scripted episode of a short task is over in ~8 steps
-    who = str(rng.choice(task.movable))
-    r, a = rng.uniform(0.01, 0.15), rng.uniform(0.0, 2.0 * np.pi)
-
-    def at(t: int):
-        if t == when and env.scene_state.objects[who].fingers_touching == 0:  # not out of the gripper's hold
-            return env.shift(who, (r * np.cos(a), r * np.sin(a)))
-        return None
-    return at
-
-
 def label_states(variant: Variant, states: list, source: str, episode: str, stride: int = 1,
                  milestone_line: bool = False) -> list[Label]:
     from robo_prm.describe.state_captioner import StateCaptioner
