@@ -54,7 +54,7 @@ def _nudge(env, task, seed: int):
     r, a = rng.uniform(0.01, 0.15), rng.uniform(0.0, 2.0 * np.pi)
 
     def at(t: int):
-        if t == when and env.scene_state.objects[who].fingers_touching == 0:  # not out of the gripper's hold
+        if t == when and env.scene_state.objects[who].fingers_touching == 0:  # never pulled out of the gripper
             return env.shift(who, (r * np.cos(a), r * np.sin(a)))
         return None
     return at

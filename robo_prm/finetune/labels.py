@@ -338,7 +338,7 @@ def run_labels(run_dir: str | Path, per_scene: int = 8, log=print) -> Iterator[L
     of a run folder, with the run's task text; target from the rule progress the recorder stored (episodes
     recorded before it was stored are skipped, and said so). Source `policy`, split `train`; at most `per_scene`
     visits of one scene text are kept, each with its own target: a state the policy keeps returning to (a tool
-    knocked to the floor, judged every step until the time limit) weighs as it does in training, and where one
+    knocked to the floor, visited every step until the time limit) weighs as it does in training, and where one
     text covers several distances the head learns that spread. A run's replay buffer holds observation vectors,
     not scenes, so it is not read."""
     from robo_prm.replay.episode import load_episode
