@@ -9,8 +9,10 @@ import cv2
 import numpy as np
 import pytest
 
+# One env (reach_tool ships two): these tests count one env's episodes and steps; tests/test_learning_aids.py trains two.
 TINY = ["--judge.backend", "rules", "--sac.learning_starts", "50", "--record.every_episodes", "2", "--record.frame_size", "64",
-        "--eval.every_steps", "0", "--eval.episodes", "1", "--eval.record", "1", "--checkpoint_every", "100", "--progress_bar", "false"]
+        "--eval.every_steps", "0", "--eval.episodes", "1", "--eval.record", "1", "--checkpoint_every", "100", "--progress_bar", "false",
+        "--n_envs", "1", "--updates_per_step", "1"]
 
 
 def cli(*args, cwd=None, check=True):
