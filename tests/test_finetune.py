@@ -309,7 +309,8 @@ def test_nudged_rollouts_slide_an_object_that_stays_standing(tmp_path):
     [v] = generated_variants(tmp_path)
     env = TidyTableEnv(v.task)
     try:
-        before = env.reset(seed=0) and env.scene_state
+        env.reset(seed=0)
+        before = env.scene_state
         after = env.shift("cup0", (0.05, -0.02))
         assert np.allclose(after.objects["cup0"].pos[:2] - before.objects["cup0"].pos[:2], (0.05, -0.02), atol=1e-6)
         assert np.allclose(after.objects["cup0"].up, before.objects["cup0"].up) and not after.objects["cup0"].vel.any()

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from robo_prm.judge.weights import minilm_folder, models_dir
+from robo_prm.judge.weights import minilm_folder, model_files, models_dir
 
 
 def shipped_reader_folder() -> Path:
@@ -157,10 +157,7 @@ def load_net_folder(folder: str | Path, what: str, command: str, kind: str | Non
     from safetensors.torch import load_file
 
     folder = Path(folder)
-    meta_path, weights = folder / "reader.json", folder / "reader.safetensors"
-    for p in (meta_path, weights):
-        if not p.exists():
-            raise FileNotFoundError(f"{p}: no {what} there (train one with `robo-prm {command}`)")
+    meta_path, weights = model_files(folder, "reader", what, command)
     try:
         info = json.loads(meta_path.read_text())
         if kind is not None and info.get("kind") != kind:

