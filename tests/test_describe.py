@@ -149,6 +149,11 @@ def test_tipped_cup(tidy):
     d = tidy.captioner(snapshot(tidy.model, tidy.data))
     assert "The glass cup lies tipped over in the middle of the table." in d.text
     assert "tipped(glass cup)" in d.facts and d.hazards == ("cup_tipped",)
+    tidy.data.qpos[q : q + 3] = (1.75, 0.75, 0.04)  # on the floor, on its side: both hazards, both said
+    mujoco.mj_forward(tidy.model, tidy.data)
+    d = tidy.captioner(snapshot(tidy.model, tidy.data))
+    assert "The glass cup has fallen off the table and lies tipped over." in d.text
+    assert set(d.hazards) == {"cup_tipped", "something_fell"}
 
 
 def test_place_words_come_from_the_task(make_env):

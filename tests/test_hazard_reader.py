@@ -52,7 +52,7 @@ def reader(tmp_path_factory):
     five scenes it can hide the one token ("25" vs "5") that tells two of them apart, and the fit then hangs on the seed."""
     tmp = tmp_path_factory.mktemp("reader")
     cfg = HazardTrainConfig(labels=str(_labels(tmp / "l.jsonl")), out=str(tmp / "reader"), epochs=60, batch_size=4,
-                            lr=3e-3, dim=32, layers=1, word_dropout=0.0)
+                            lr=3e-3, dim=32, layers=1, word_dropout=0.0, rename=0.0)
     info = train_reader(cfg, echo=lambda *_: None)
     assert info["heldout_at_threshold"]["f1"] == 1.0  # it learned the five scenes
     return HazardReader.load(tmp / "reader")
@@ -127,7 +127,7 @@ def test_the_shipped_reader_loads():
 
 def test_the_kind_bank_and_paraphrases_keep_the_generators_heldout_wordings_out():
     from robo_prm.envs.generate import load_data
-    from robo_prm.finetune.hazard_reader import FILLERS, Paraphraser, kind_bank
+    from robo_prm.finetune.hazard_kinds import FILLERS, Paraphraser, kind_bank
 
     heldout = {t["text"].format(**FILLERS) for ts in load_data()["phrasing"]["hazards"].values()
                for t in ts if t["split"] == "heldout"}
@@ -170,3 +170,44 @@ def test_kind_thresholds_fit_per_kind_and_an_offset_moves_only_its_kind(reader, 
     muted = HazardReader(reader.net, {**reader.info, "kind_offsets": {"fell": -50.0}}, tokens=reader.tokens)
     after = muted.probabilities(texts, list(SCENES))
     assert (after[:, 0] < 1e-6).all() and np.allclose(after[:, 1], before[:, 1], atol=1e-6)
+
+
+def test_renames_are_the_same_in_scene_and_hazard_and_never_a_heldout_word():
+    from robo_prm.envs.generate import load_data
+    from robo_prm.finetune.hazard_kinds import Renamer
+
+    words = load_data()["words"]
+    heldout = {w.lower() for group in ("objects", "places", "edges") for v in words[group].values() for w in v["heldout"]}
+    heldout |= {w.lower() for w in words["table"]["heldout"]}
+    renamer = Renamer(p=1.0, seed=0)
+    assert not heldout & {w.lower() for pool in renamer.pool.values() for w in pool}
+    scene = "The claw hammer lies 5 cm from the front edge of the bench. The glass cup stands in the blue bin."
+    hazard = "keep clear of the front edge: the claw hammer is within 5 cm of it"
+    for _ in range(20):
+        s, h = renamer([scene, hazard])
+        assert "claw hammer" not in s and "front edge" not in s and " bench" not in s and "blue bin" not in s
+        thing = h.split(": the ")[1].split(" is within")[0]
+        edge = h[len("keep clear of the "):].split(":")[0]
+        assert s.startswith(f"The {thing} lies 5 cm from the {edge} of the ")  # one name each
+        assert thing.lower() not in s.split(". ")[1].lower()  # the cup got a name of its own
+    assert Renamer(p=0.0)([scene, hazard]) == [scene, hazard]
+
+
+def test_the_kind_classifier_routes_train_wordings_whatever_the_names():
+    from robo_prm.finetune.hazard_kinds import fit_kind_classifier, kind_bank
+    from robo_prm.judge.hazard_reader import KindBank, TokenStates
+
+    tokens = TokenStates()
+    route = fit_kind_classifier(tokens, fills=4)
+    kinds = KindBank(kind_bank(), tokens, classifier=route)
+    texts = ["the phillips screwdriver is close to an edge of the bench",  # the nearest-wording route said "moved"
+             "the ball-peen hammer has fallen off the work table", "the glass tumbler has tipped over",
+             "the mallet has been pushed or moved"]
+    p = kinds(texts)
+    assert torch_allclose_rows(p) and [kinds.kinds[i] for i in p.argmax(1).tolist()] == ["edge", "fell", "tipped", "moved"]
+    with pytest.raises(ValueError, match="kind_classifier kinds"):
+        KindBank({"edge": ["x"]}, tokens, classifier=route)
+
+
+def torch_allclose_rows(p) -> bool:
+    return bool(np.allclose(p.sum(1).numpy(), 1.0, atol=1e-5))

@@ -32,7 +32,7 @@ def _gripper(g: GripperFacts, word, facts: list[str]) -> str:
 # verb "stands" / "lies" / "lies tipped over", table the task's word for the table, the rest the place's details.
 _PHRASES = {
     "held": ("grasped({w})", "The {w} is held {height} above the {table}"),
-    "fallen": ("fallen({w})", "The {w} has fallen off the {table}"),
+    "fallen": ("fallen({w})", "The {w} has fallen off the {table}{fallen_pose}"),
     "in": ("in({w}, {container})", "The {w} {verb} in the {container}"),
     "lifted": ("lifted({w})", "The {w} is in the air, {bucket} above the {table}"),
     "near_edge": ("near_edge({w}, {edge})", "The {w} {verb} {from_edge} of the {table}"),
@@ -63,6 +63,8 @@ def _object(o: ObjectFacts, word, facts: list[str]) -> str:
     fields = {"w": w, "verb": verb, "bucket": o.bucket, "edge": o.edge, "quadrant": o.quadrant, "depth": depth, "side": side,
               "container": word(o.container) if o.container else None, "height": "just" if o.bucket == "touching" else o.bucket,
               "table": table, "middle": middle,
+              # a fallen glass that lies on the floor has tipped too: say so, or a "tipped over" hazard cannot be read
+              "fallen_pose": " and lies tipped over" if verb == "lies tipped over" else "",
               "from_edge": f"at the very {edge}" if gap == "touching" else f"{gap} from the {edge}"}
     fact, sentence = _PHRASES[o.place]
     facts.append(fact.format(**fields))

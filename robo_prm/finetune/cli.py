@@ -199,11 +199,12 @@ def cmd_distill(args) -> int:
 
 # ---- finetune-hazards --------------------------------------------------------------------
 def cmd_finetune_hazards(cfg) -> int:
-    from robo_prm.finetune.hazard_reader import refit_kind_thresholds, train_reader
+    from robo_prm.finetune.hazard_reader import refit_kind_classifier, refit_kind_thresholds, train_reader
 
-    info = (refit_kind_thresholds if cfg.kind_thresholds_only else train_reader)(cfg)
+    info = (refit_kind_thresholds if cfg.kind_thresholds_only else
+            refit_kind_classifier if cfg.kind_classifier_only else train_reader)(cfg)
     keys = ("train_pairs", "heldout_pairs", "threshold_folded", "heldout_at_threshold", "kind_offsets",
-            "heldout_at_kind_thresholds", "seconds")
+            "heldout_at_kind_thresholds", "heldout_route_before", "heldout_route_after", "seconds")
     print(json.dumps({k: info[k] for k in keys if k in info}))
     return 0
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from robo_prm.config_flags import opt
+from robo_prm.finetune.hazard_kinds import Paraphraser, Renamer, fit_kind_classifier, kind_bank
 
 
 @dataclass
@@ -46,94 +47,38 @@ class HazardTrainConfig(ReaderTrainConfig):
     kinds: bool = opt(True, "give the reader the hazard's similarity to each known hazard kind (KindBank)")
     word_dropout: float = opt(0.25, min=0.0, max=0.9, help="share of a hazard's tokens hidden in training (leans "
                                                            "the reader on the kind and the object, not the wording)")
+    rename: float = opt(0.5, min=0.0, max=1.0, help="share of training labels whose things (object, table, edges, "
+                                                     "middle, bins) are renamed in scene and hazards alike "
+                                                     "(configs/reader/renames.yaml): the reader reads structure, not names")
+    kind_classifier: bool = opt(True, "route each hazard text to its kind with a classifier fitted on the kind "
+                                      "wordings filled with many train names (hazard_kinds.py); false: the nearest wording")
+    kind_classifier_only: bool = opt(False, "no training: fit the kind classifier of the reader in --out (today's "
+                                            "wordings) and rewrite its reader.json; reports the held-out labels")
     kind_thresholds: bool = opt(False, "also fit one threshold per hazard kind on the held-out labels")
     min_kind_positives: int = opt(20, min=1, help="held-out positives a hazard kind needs for a threshold of its own")
     kind_thresholds_only: bool = opt(False, "no training: fit the per-kind thresholds of the reader in --out on the "
                                             "held-out labels and rewrite its reader.json")
 
 
-def pairs(labels, paraphrase=None) -> tuple[list[str], list[str], np.ndarray]:
+def pairs(labels, paraphrase=None, rename=None) -> tuple[list[str], list[str], np.ndarray]:
     """(hazard texts, scene texts, 0/1 targets): every hazard of each label's task against its scene; with
-    `paraphrase` (a Paraphraser), each generated hazard is asked once more in other words, same target."""
+    `paraphrase` (a Paraphraser), each generated hazard is asked once more in other words, same target; with
+    `rename` (a Renamer), a label's scene and hazards may have their things renamed, the same way in all."""
     from robo_prm.judge.hazard_reader import strip_milestones
 
     hz, sc, y = [], [], []
     for lab in labels:
         on = set(lab.hazards)
-        scene = strip_milestones(lab.scene)
-        for h in lab.judge_text().hazards:
-            texts = [h.text] + ([t for t in [paraphrase(h.name, h.text)] if t] if paraphrase else [])
-            for text in texts:
-                hz.append(text)
-                sc.append(scene)
-                y.append(float(h.name in on))
+        asked = [(h.name, text) for h in lab.judge_text().hazards
+                 for text in [h.text] + ([t for t in [paraphrase(h.name, h.text)] if t] if paraphrase else [])]
+        scene, *texts = [strip_milestones(lab.scene)] + [t for _, t in asked]
+        if rename is not None:
+            scene, *texts = rename([scene] + texts)
+        for (name, _), text in zip(asked, texts):
+            hz.append(text)
+            sc.append(scene)
+            y.append(float(name in on))
     return hz, sc, np.asarray(y, dtype=np.float32)
-
-
-# generator hazard kind → the reader's kind (a bystander moved is "moved" as much as the object itself)
-KIND_OF = {"near_edge": "edge", "named_edge": "named_edge", "fell": "fell", "tipped": "tipped", "disturbed": "moved",
-           "bystander_moved": "moved"}
-FILLERS = {"obj": "object", "table": "table", "edge": "edge", "bys": "object"}
-
-
-def paraphrases() -> dict[str, list[str]]:
-    """configs/reader/paraphrases.yaml: generator hazard kind → extra wordings."""
-    from importlib import resources
-
-    from robo_prm.config_io import load_yaml
-
-    return load_yaml(Path(str(resources.files("robo_prm.configs") / "reader")) / "paraphrases.yaml")
-
-
-def kind_bank() -> dict[str, list[str]]:
-    """Each reader kind's wordings: the generator's train templates and the paraphrases, neutral fillers."""
-    from robo_prm.envs.generate import load_data
-
-    extra = paraphrases()
-    bank: dict[str, list[str]] = {}
-    for kind, templates in load_data()["phrasing"]["hazards"].items():
-        texts = [t["text"] for t in templates if t["split"] == "train"] + list(extra.get(kind, []))
-        bank.setdefault(KIND_OF.get(kind, kind), []).extend(t.format(**FILLERS) for t in texts)
-    return {k: sorted(set(v)) for k, v in bank.items()}
-
-
-class Paraphraser:
-    """A generated hazard's text in other words: the text is matched against the generator's train templates
-    of its kind (the hazard's name, configs/generator/phrasing.yaml) to recover {obj}, {table}, …, and re-worded
-    with a random line of configs/reader/paraphrases.yaml. None for a text no train template made."""
-
-    def __init__(self, seed: int = 0):
-        import re
-
-        from robo_prm.envs.generate import load_data
-
-        self.rng = random.Random(seed)
-        self.extra = paraphrases()
-        phrasing = load_data()["phrasing"]["hazards"]
-        self.patterns: dict[str, list] = {}
-        for kind, templates in phrasing.items():
-            for t in templates:
-                if t["split"] != "train" or kind not in self.extra:
-                    continue
-                rx = re.escape(t["text"])
-                for field in ("obj", "table", "edge", "bys"):
-                    rx = rx.replace(re.escape("{" + field + "}"), f"(?P<{field}>.+?)", 1)
-                self.patterns.setdefault(kind, []).append(re.compile(f"^{rx}$"))
-
-    def __call__(self, kind: str, text: str) -> str | None:
-        for rx in self.patterns.get(kind, ()):
-            m = rx.match(text)
-            if m:
-                fields = m.groupdict()
-                options = [o for o in self.extra[kind] if all(f in fields for f in _fields(o))]
-                return self.rng.choice(options).format(**fields) if options else None
-        return None
-
-
-def _fields(template: str) -> list[str]:
-    import string
-
-    return [f for _, f, _, _ in string.Formatter().parse(template) if f]
 
 
 def best_threshold(p: np.ndarray, y: np.ndarray) -> tuple[float, dict]:
@@ -247,7 +192,8 @@ def train_reader(cfg: HazardTrainConfig, echo=print) -> dict:
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     train_h, train_s, train_y = pairs(read_labels(cfg.labels, split="train"),
-                                      Paraphraser(cfg.seed) if cfg.paraphrase else None)
+                                      Paraphraser(cfg.seed) if cfg.paraphrase else None,
+                                      Renamer(cfg.rename, cfg.seed) if cfg.rename > 0 else None)
     held_labels = read_labels(cfg.labels, split="heldout")
     held_h, held_s, held_y = pairs(held_labels)
     held_names = [h.name for lab in held_labels for h in lab.judge_text().hazards]
@@ -259,7 +205,8 @@ def train_reader(cfg: HazardTrainConfig, echo=print) -> dict:
     echo(f"{len(train_y)} training pairs ({int(train_y.sum())} positive), {len(held_y)} held-out; "
          f"MiniLM token states in {time.perf_counter() - t0:.0f} s")
     bank = kind_bank() if cfg.kinds else None
-    kinds = KindBank(bank, tokens) if bank else None
+    route = fit_kind_classifier(tokens, seed=cfg.seed) if bank and cfg.kind_classifier else None
+    kinds = KindBank(bank, tokens, classifier=route) if bank else None
     tr_k = kinds(train_h) if kinds else None
     he_k = kinds(held_h) if kinds and len(held_y) else None
     net = ReaderNet(in_dim=tr_h[0].shape[-1], dim=cfg.dim, layers=cfg.layers, kinds=len(bank) if bank else 0)
@@ -296,8 +243,8 @@ def train_reader(cfg: HazardTrainConfig, echo=print) -> dict:
             "heldout_pairs": len(held_y), "threshold_folded": threshold, "heldout_at_threshold": held,
             "heldout_per_hazard": per_hazard(held_names, held_p, held_y, threshold) if len(held_y) else {},
             "config": {k: getattr(cfg, k) for k in ("epochs", "batch_size", "lr", "dim", "layers", "seed", "paraphrase",
-                                                    "kinds", "word_dropout")},
-            "kind_bank": bank}
+                                                    "kinds", "word_dropout", "kind_classifier", "rename")},
+            "kind_bank": bank, "kind_classifier": route}
     reader = HazardReader(net, info, tokens=tokens)
     if cfg.kind_thresholds and kinds and len(held_y):
         info["kind_offsets"], info["heldout_at_kind_thresholds"] = fit_kind_offsets(reader, held_labels,
@@ -324,3 +271,29 @@ def refit_kind_thresholds(cfg: HazardTrainConfig, echo=print) -> dict:
     save_net_folder(reader.net, cfg.out, info)
     echo(f"{cfg.out}: kind offsets {json.dumps({k: round(v, 2) for k, v in offsets.items()})}")
     return info
+
+
+def refit_kind_classifier(cfg: HazardTrainConfig, echo=print) -> dict:
+    """`--kind_classifier_only`: the reader in cfg.out gets today's kind bank and a kind classifier fitted on it
+    (the net is kept); its held-out labels' precision / recall at the folded threshold before and after."""
+    from robo_prm.finetune.labels import read_labels
+    from robo_prm.judge.hazard_reader import HazardReader, save_net_folder
+
+    reader = HazardReader.load(cfg.out)
+    if reader.kinds is None:
+        raise ValueError(f"{cfg.out}: this reader has no hazard kinds (trained with --kinds false): nothing to route")
+    hz, sc, y = pairs(read_labels(cfg.labels, split="heldout"))
+    before = _rounded(prf(reader.logits(hz, sc) > 0, y)) if len(y) else {}
+    info = {k: v for k, v in reader.info.items() if k != "net"}  # reader.json as loaded; save writes "net" again
+    info.update(kind_bank=kind_bank(), kind_classifier=fit_kind_classifier(reader.tokens, seed=cfg.seed))
+    reader = HazardReader(reader.net, info, tokens=reader.tokens)
+    after = _rounded(prf(reader.logits(hz, sc) > 0, y)) if len(y) else {}
+    info.update(heldout_route_before=before, heldout_route_after=after)
+    save_net_folder(reader.net, cfg.out, info)
+    echo(f"{cfg.out}: kind classifier ({info['kind_classifier']['texts']} wordings, accuracy "
+         f"{info['kind_classifier']['accuracy']}); held-out labels {before} -> {after}")
+    return info
+
+
+def _rounded(m: dict) -> dict:
+    return {k: round(float(v), 4) for k, v in m.items()}

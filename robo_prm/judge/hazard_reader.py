@@ -110,21 +110,40 @@ class ReaderNet(nn.Module):
 
 
 class KindBank:
-    """Known hazard kinds, each as a few wordings (the generator's train templates and the reader's paraphrases,
-    with neutral fillers): a hazard text's kind vector is its MiniLM sentence similarity (mean-pooled token
-    states, as sentence-transformers pools this model) to each kind's nearest wording, sharpened by a softmax."""
+    """Known hazard kinds: a hazard text's kind vector (N, kinds), from its MiniLM sentence embedding
+    (mean-pooled token states, as sentence-transformers pools this model). With a `classifier` (reader.json's
+    "kind_classifier": a softmax fitted on the kind wordings filled with many names,
+    robo_prm/finetune/hazard_kinds.py) its probabilities; without, the similarity to each kind's nearest wording
+    of `bank` (the wordings with neutral fillers), sharpened by a softmax — the route of readers before it."""
 
-    def __init__(self, bank: dict[str, list[str]], tokens: "TokenStates", temperature: float = 0.03):
+    def __init__(self, bank: dict[str, list[str]], tokens: "TokenStates", temperature: float = 0.03,
+                 classifier: dict | None = None):
         self.bank, self.tokens, self.temperature = bank, tokens, temperature
         self.kinds = sorted(bank)
         self._owner = torch.tensor([self.kinds.index(k) for k in self.kinds for _ in bank[k]])
         self._bank: torch.Tensor | None = None  # the wordings' embeddings, on first use (MiniLM loads only then)
+        self.classifier = None
+        if classifier is not None:
+            if list(classifier["kinds"]) != self.kinds:
+                raise ValueError(f"kind_classifier kinds {classifier['kinds']} are not the kind bank's {self.kinds}")
+            self.classifier = nn.Linear(len(classifier["weight"][0]), len(self.kinds))
+            with torch.no_grad():
+                self.classifier.weight.copy_(torch.tensor(classifier["weight"]))
+                self.classifier.bias.copy_(torch.tensor(classifier["bias"]))
+
+    @staticmethod
+    def embed(tokens: "TokenStates", texts: Sequence[str]) -> torch.Tensor:
+        """(N, 384) unit sentence embeddings."""
+        return torch.stack([nn.functional.normalize(s.float().mean(0), dim=0) for s in tokens(list(texts))])
 
     def sentences(self, texts: Sequence[str]) -> torch.Tensor:
-        return torch.stack([nn.functional.normalize(s.float().mean(0), dim=0) for s in self.tokens(list(texts))])
+        return self.embed(self.tokens, texts)
 
+    @torch.no_grad()
     def __call__(self, texts: Sequence[str]) -> torch.Tensor:
-        """(N, kinds): a softmax over each kind's best similarity."""
+        """(N, kinds), rows summing to 1."""
+        if self.classifier is not None:
+            return torch.softmax(self.classifier(self.sentences(texts)), dim=1)
         if self._bank is None:
             self._bank = self.sentences([t for k in self.kinds for t in self.bank[k]])
         sim = self.sentences(texts) @ self._bank.T  # (N, bank)
@@ -186,7 +205,8 @@ class HazardReader:
         self.info = info or {}
         self.tokens = tokens or TokenStates()
         bank = self.info.get("kind_bank")
-        self.kinds = KindBank(bank, self.tokens) if bank and net.kind is not None else None
+        self.kinds = (KindBank(bank, self.tokens, classifier=self.info.get("kind_classifier"))
+                      if bank and net.kind is not None else None)
         offsets = self.info.get("kind_offsets") or {}
         self.offsets = (torch.tensor([float(offsets.get(k, 0.0)) for k in self.kinds.kinds])
                         if self.kinds is not None and offsets else None)
