@@ -83,6 +83,15 @@ def measure(reader, cases, texts_per_case, errors: list | None = None) -> dict:
             "per_kind": {n: {**precision_recall_f1(*c), "tp": c[0], "fp": c[1], "fn": c[2]} for n, c in per_kind.items()}}
 
 
+def grouped(errors: list[dict]) -> list[dict]:
+    """Wrong decisions grouped by (kind, hazard text, miss or false alarm), most frequent first, one example scene each."""
+    groups: dict[tuple, dict] = {}
+    for e in errors:
+        g = groups.setdefault((e["kind"], e["hazard"], e["miss"]), {**e, "n": 0})
+        g["n"] += 1
+    return sorted(groups.values(), key=lambda g: -g["n"])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("tasks", nargs="+")
@@ -129,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, texts in sets.items():
             errors: list[dict] = []
             r = measure(reader, cases, texts, errors)
-            out["runs"][f"{spec}/{label}"] = {**r, "errors": errors}
+            out["runs"][f"{spec}/{label}"] = {**r, "errors": grouped(errors)}
             f = {k: "—" if r[k] is None else f"{r[k]:.2f}" for k in ("precision", "recall", "f1", "routed_to_own_kind")}
             print(f"{spec:>30} {label:>12}: P {f['precision']} R {f['recall']} F1 {f['f1']} "
                   f"(tp {r['tp']} fp {r['fp']} fn {r['fn']}), routed to own kind {f['routed_to_own_kind']}")
