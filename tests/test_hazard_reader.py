@@ -115,6 +115,18 @@ def test_a_missing_reader_folder_is_a_one_line_error(tmp_path):
         make_judge(JudgeConfig(backend="openai", hazard_reader=str(tmp_path / "nowhere")))
 
 
+def test_a_broken_kind_route_is_a_one_line_error(tmp_path):
+    import shutil
+
+    folder = tmp_path / "reader"
+    shutil.copytree(shipped_reader_folder(), folder)
+    meta = json.loads((folder / "reader.json").read_text())
+    meta["kind_classifier"]["weight"] = meta["kind_classifier"]["weight"][:2]  # two rows for five kinds
+    (folder / "reader.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="judge.hazard_reader: .*kind route is unreadable"):
+        make_judge(JudgeConfig(backend="openai", hazard_reader=str(folder)))
+
+
 def test_the_shipped_reader_loads():
     r = HazardReader.load(shipped_reader_folder())
     assert r.info["heldout_pairs"] > 0 and 0.0 < r.info["threshold_folded"] < 1.0

@@ -215,8 +215,12 @@ class HazardReader:
 
     @classmethod
     def load(cls, folder: str | Path | None = None) -> "HazardReader":
-        net, info = load_net_folder(folder or shipped_reader_folder(), "hazard reader", "finetune-hazards")
-        return cls(net, info)
+        folder = folder or shipped_reader_folder()
+        net, info = load_net_folder(folder, "hazard reader", "finetune-hazards")
+        try:
+            return cls(net, info)
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:  # a hand-edited kind_classifier
+            raise ValueError(f"{folder}: reader.json's kind route is unreadable ({type(exc).__name__}: {exc})") from None
 
     def save(self, folder: str | Path, info: dict) -> None:
         save_net_folder(self.net, folder, info)
