@@ -8,7 +8,8 @@ decides. With `--kind_thresholds`, each hazard kind with enough held-out positiv
 (`kind_offsets`; `--kind_thresholds_only` fits just those for a reader already trained) — off by default: on
 the shipped reader they raised F1 on the held-out labels (0.78 → 0.81) and lowered it on held-out task files
 (docs/BENCHMARKS.md, session 10). Positives are weighted to balance the
-classes (hazards are rare on most states).
+classes (hazards are rare on most states). The hazard kinds, their wordings, the kind classifier that routes a
+hazard text and the renaming of training pairs live in hazard_kinds.py.
 """
 from __future__ import annotations
 
