@@ -46,7 +46,7 @@ class HazardTrainConfig(ReaderTrainConfig):
 
     paraphrase: bool = opt(True, "also ask each generated hazard in other words (configs/reader/paraphrases.yaml)")
     kinds: bool = opt(True, "give the reader the hazard's similarity to each known hazard kind (KindBank)")
-    word_dropout: float = opt(0.25, min=0.0, max=0.9, help="share of a hazard's tokens hidden in training (leans "
+    word_dropout: float = opt(0.5, min=0.0, max=0.9, help="share of a hazard's tokens hidden in training (leans "
                                                            "the reader on the kind and the object, not the wording)")
     rename: float = opt(0.5, min=0.0, max=1.0, help="share of training labels whose things (object, table, edges, "
                                                      "middle, bins) are renamed in scene and hazards alike "
