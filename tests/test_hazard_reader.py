@@ -216,10 +216,10 @@ def test_the_kind_classifier_routes_train_wordings_whatever_the_names():
              "the ball-peen hammer has fallen off the work table", "the glass tumbler has tipped over",
              "the mallet has been pushed or moved"]
     p = kinds(texts)
-    assert torch_allclose_rows(p) and [kinds.kinds[i] for i in p.argmax(1).tolist()] == ["edge", "fell", "tipped", "moved"]
+    assert _rows_sum_to_one(p) and [kinds.kinds[i] for i in p.argmax(1).tolist()] == ["edge", "fell", "tipped", "moved"]
     with pytest.raises(ValueError, match="kind_classifier kinds"):
         KindBank({"edge": ["x"]}, tokens, classifier=route)
 
 
-def torch_allclose_rows(p) -> bool:
+def _rows_sum_to_one(p) -> bool:
     return bool(np.allclose(p.sum(1).numpy(), 1.0, atol=1e-5))
