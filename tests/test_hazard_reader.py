@@ -223,3 +223,15 @@ def test_the_kind_classifier_routes_train_wordings_whatever_the_names():
 
 def _rows_sum_to_one(p) -> bool:
     return bool(np.allclose(p.sum(1).numpy(), 1.0, atol=1e-5))
+
+
+def test_a_focused_reader_reads_only_the_hazards_own_object():
+    from robo_prm.judge.hazard_reader import about_its_object
+
+    scene = ("The gripper is closed, 30 cm from the glass cup. The claw hammer lies 5 cm from the right edge of the "
+             "bench. The glass cup stands in the green tray. It has moved 3 cm from where it stood.")
+    cup = about_its_object("the glass cup is close to an edge of the bench", scene)
+    assert cup == ("The gripper is closed, 30 cm from the glass cup. The glass cup stands in the green tray. "
+                   "It has moved 3 cm from where it stood.")
+    assert "glass cup stands" not in about_its_object("the claw hammer has fallen off the bench", scene)
+    assert about_its_object("something fell off the bench", scene) == scene  # names no object: the whole scene

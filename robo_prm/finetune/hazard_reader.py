@@ -51,6 +51,8 @@ class HazardTrainConfig(ReaderTrainConfig):
     rename: float = opt(0.5, min=0.0, max=1.0, help="share of training labels whose things (object, table, edges, "
                                                      "middle, bins) are renamed in scene and hazards alike "
                                                      "(configs/reader/renames.yaml): the reader reads structure, not names")
+    scene_focus: bool = opt(False, "each hazard reads only the scene's sentences about the objects it names (and the "
+                                    "gripper's): another object at the edge is not this one's edge hazard")
     kind_classifier: bool = opt(True, "route each hazard text to its kind with a classifier fitted on the kind "
                                       "wordings filled with many train names (hazard_kinds.py); false: the nearest wording")
     kind_classifier_only: bool = opt(False, "no training: fit the kind classifier of the reader in --out (today's "
@@ -61,11 +63,12 @@ class HazardTrainConfig(ReaderTrainConfig):
                                             "held-out labels and rewrite its reader.json")
 
 
-def pairs(labels, paraphrase=None, rename=None) -> tuple[list[str], list[str], np.ndarray]:
+def pairs(labels, paraphrase=None, rename=None, focus: bool = False) -> tuple[list[str], list[str], np.ndarray]:
     """(hazard texts, scene texts, 0/1 targets): every hazard of each label's task against its scene; with
     `paraphrase` (a Paraphraser), each generated hazard is asked once more in other words, same target; with
-    `rename` (a Renamer), a label's scene and hazards may have their things renamed, the same way in all."""
-    from robo_prm.judge.hazard_reader import strip_milestones
+    `rename` (a Renamer), a label's scene and hazards may have their things renamed, the same way in all; with
+    `focus`, each hazard reads the scene cut to its own object (about_its_object)."""
+    from robo_prm.judge.hazard_reader import about_its_object, strip_milestones
 
     hz, sc, y = [], [], []
     for lab in labels:
@@ -77,7 +80,7 @@ def pairs(labels, paraphrase=None, rename=None) -> tuple[list[str], list[str], n
             scene, *texts = rename([scene] + texts)
         for (name, _), text in zip(asked, texts):
             hz.append(text)
-            sc.append(scene)
+            sc.append(about_its_object(text, scene) if focus else scene)
             y.append(float(name in on))
     return hz, sc, np.asarray(y, dtype=np.float32)
 
@@ -194,9 +197,9 @@ def train_reader(cfg: HazardTrainConfig, echo=print) -> dict:
     t0 = time.perf_counter()
     train_h, train_s, train_y = pairs(read_labels(cfg.labels, split="train"),
                                       Paraphraser(cfg.seed) if cfg.paraphrase else None,
-                                      Renamer(cfg.rename, cfg.seed) if cfg.rename > 0 else None)
+                                      Renamer(cfg.rename, cfg.seed) if cfg.rename > 0 else None, cfg.scene_focus)
     held_labels = read_labels(cfg.labels, split="heldout")
-    held_h, held_s, held_y = pairs(held_labels)
+    held_h, held_s, held_y = pairs(held_labels, focus=cfg.scene_focus)
     held_names = [h.name for lab in held_labels for h in lab.judge_text().hazards]
     if not len(train_y) or not train_y.sum():
         raise ValueError(f"{cfg.labels}: no training pairs with a hazard present (label tasks whose hazards have checks)")
@@ -245,7 +248,7 @@ def train_reader(cfg: HazardTrainConfig, echo=print) -> dict:
             "heldout_per_hazard": per_hazard(held_names, held_p, held_y, threshold) if len(held_y) else {},
             "config": {k: getattr(cfg, k) for k in ("epochs", "batch_size", "lr", "dim", "layers", "seed", "paraphrase",
                                                     "kinds", "word_dropout", "kind_classifier", "rename")},
-            "kind_bank": bank, "kind_classifier": route}
+            "kind_bank": bank, "kind_classifier": route, "scene_focus": cfg.scene_focus}
     reader = HazardReader(net, info, tokens=tokens)
     if cfg.kind_thresholds and kinds and len(held_y):
         info["kind_offsets"], info["heldout_at_kind_thresholds"] = fit_kind_offsets(reader, held_labels,

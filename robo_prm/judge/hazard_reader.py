@@ -21,6 +21,7 @@ Token states are memoised per text (scene texts repeat a lot, hazard texts are a
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -170,6 +171,25 @@ def strip_milestones(scene: str) -> str:
     return scene[:i].rstrip() if i >= 0 else scene
 
 
+_OBJECT_SENTENCE = re.compile(r"^The (.+?) (?:lies|stands|is held|has fallen|is in the air)\b")
+
+
+def about_its_object(hazard: str, scene: str) -> str:
+    """The scene cut to what the hazard is about: the gripper's sentence and the sentences of the objects the hazard
+    names (an object's sentence and the "It …" ones after it). The whole scene when it names none of them. Why: the
+    reader otherwise fires an edge hazard because *another* object lies at the edge."""
+    sentences = [t if t.endswith(".") else t + "." for t in re.split(r"(?<=\.) ", scene.strip()) if t]
+    keep, named, current = [], False, True  # current: does the object group being read belong to the hazard?
+    for i, t in enumerate(sentences):
+        m = _OBJECT_SENTENCE.match(t)
+        if m:
+            current = m.group(1).lower() in hazard.lower()
+            named |= current
+        if i == 0 or current:
+            keep.append(t)
+    return " ".join(keep) if named else scene
+
+
 def load_net_folder(folder: str | Path, what: str, command: str, kind: str | None = None) -> tuple[ReaderNet, dict]:
     """A reader folder (reader.json + reader.safetensors) → (net, info); one-line errors naming the file.
     `kind`: the value reader.json's "kind" must have (None: any)."""
@@ -230,6 +250,8 @@ class HazardReader:
                kind_thresholds: bool = True) -> np.ndarray:
         """One logit per (hazard, scene) pair (equal-length lists); > 0 decides "holds"."""
         hz = self.tokens(list(hazards))
+        if self.info.get("scene_focus"):  # readers trained on the scene cut to the hazard's own object
+            scenes = [about_its_object(h, s) for h, s in zip(hazards, scenes)]
         sc = self.tokens([strip_milestones(s) for s in scenes])
         kinds = self.kinds(list(hazards)) if self.kinds is not None else None
         out = []
