@@ -51,7 +51,7 @@ class HazardTrainConfig(ReaderTrainConfig):
     rename: float = opt(0.5, min=0.0, max=1.0, help="share of training labels whose things (object, table, edges, "
                                                      "middle, bins) are renamed in scene and hazards alike "
                                                      "(configs/reader/renames.yaml): the reader reads structure, not names")
-    scene_focus: bool = opt(False, "each hazard reads only the scene's sentences about the objects it names (and the "
+    scene_focus: bool = opt(True, "each hazard reads only the scene's sentences about the objects it names (and the "
                                     "gripper's): another object at the edge is not this one's edge hazard")
     kind_classifier: bool = opt(True, "route each hazard text to its kind with a classifier fitted on the kind "
                                       "wordings filled with many train names (hazard_kinds.py); false: the nearest wording")
@@ -247,7 +247,7 @@ def train_reader(cfg: HazardTrainConfig, echo=print) -> dict:
             "heldout_pairs": len(held_y), "threshold_folded": threshold, "heldout_at_threshold": held,
             "heldout_per_hazard": per_hazard(held_names, held_p, held_y, threshold) if len(held_y) else {},
             "config": {k: getattr(cfg, k) for k in ("epochs", "batch_size", "lr", "dim", "layers", "seed", "paraphrase",
-                                                    "kinds", "word_dropout", "kind_classifier", "rename")},
+                                                    "kinds", "word_dropout", "kind_classifier", "rename", "scene_focus")},
             "kind_bank": bank, "kind_classifier": route, "scene_focus": cfg.scene_focus}
     reader = HazardReader(net, info, tokens=tokens)
     if cfg.kind_thresholds and kinds and len(held_y):
