@@ -30,8 +30,10 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 def names_of(raw: dict, check: str) -> dict[str, str]:
     """A hazard's {obj} / {bys} / {edge} / {table} words, from its check expression and the file's `objects:`."""
+    from robo_prm.envs.predicates import ident_key
+
     objects = {str(k): str(v) for k, v in (raw.get("objects") or {}).items()}
-    display = {v.replace(" ", "_").replace("-", "_"): v for v in objects.values()}
+    display = {ident_key(v): v for v in objects.values()}  # a check names an object by its ident (club_hammer)
     args = re.search(r"\((.*)\)", check).group(1).split(",")
     first = display.get(args[0].strip(), args[0].strip().replace("_", " "))
     edge = args[2].strip() if len(args) > 2 else "front"

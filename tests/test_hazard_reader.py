@@ -235,3 +235,13 @@ def test_a_focused_reader_reads_only_the_hazards_own_object():
                    "It has moved 3 cm from where it stood.")
     assert "glass cup stands" not in about_its_object("the claw hammer has fallen off the bench", scene)
     assert about_its_object("something fell off the bench", scene) == scene  # names no object: the whole scene
+
+
+def test_every_object_sentence_of_the_describer_is_found_by_the_focus():
+    from robo_prm.describe.render import _PHRASES, OBJECT_VERBS
+
+    for place, (_, sentence) in _PHRASES.items():
+        rest = sentence.removeprefix("The {w} ")
+        for verb in ("stands", "lies", "lies tipped over"):
+            assert rest.format(verb=verb, height="", bucket="", table="", container="", from_edge="", middle="",
+                               depth="", side="", fallen_pose="").startswith(OBJECT_VERBS), place

