@@ -76,6 +76,12 @@ class TaskText:
         return next((h.severity for h in self.hazards if h.name == hazard), 0.0)
 
 
+# How an object's sentence in SceneDescription.text goes on after "The <object>" (robo_prm/describe/render.py
+# writes them; the hazard reader finds each object's sentences by them, robo_prm/judge/hazard_reader.py): a new
+# phrasing in the describer needs its verb here.
+OBJECT_VERBS = ("lies", "stands", "is held", "has fallen", "is in the air")
+
+
 @dataclass(frozen=True)
 class SceneDescription:
     """What the describe stage says about one state; the only thing a judge sees of it."""

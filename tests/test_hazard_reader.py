@@ -238,7 +238,8 @@ def test_a_focused_reader_reads_only_the_hazards_own_object():
 
 
 def test_every_object_sentence_of_the_describer_is_found_by_the_focus():
-    from robo_prm.describe.render import _PHRASES, OBJECT_VERBS
+    from robo_prm.describe.render import _PHRASES
+    from robo_prm.types import OBJECT_VERBS
 
     for place, (_, sentence) in _PHRASES.items():
         rest = sentence.removeprefix("The {w} ")

@@ -28,10 +28,8 @@ def _gripper(g: GripperFacts, word, facts: list[str]) -> str:
     return f"The gripper is {opened}, {where}."
 
 
-# How an object's sentence goes on after "The {w}": the hazard reader finds each object's sentences by them
-# (robo_prm/judge/hazard_reader.py, about_its_object); a new phrasing below needs its verb here.
-OBJECT_VERBS = ("lies", "stands", "is held", "has fallen", "is in the air")
-
+# Every object sentence goes on after "The {w}" with one of robo_prm.types.OBJECT_VERBS (the hazard reader
+# finds an object's sentences by them; tests/test_hazard_reader.py checks).
 # Each place (facts.PLACE_KINDS) → (its named fact, its sentence), filled in by `_object`: w is the object's word,
 # verb "stands" / "lies" / "lies tipped over", table the task's word for the table, the rest the place's details.
 _PHRASES = {

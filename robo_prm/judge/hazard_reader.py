@@ -174,7 +174,7 @@ def strip_milestones(scene: str) -> str:
 
 
 def _object_sentence() -> re.Pattern:
-    from robo_prm.describe.render import OBJECT_VERBS
+    from robo_prm.types import OBJECT_VERBS
 
     return re.compile(r"^The (.+?) (?:" + "|".join(map(re.escape, OBJECT_VERBS)) + r")\b")
 
