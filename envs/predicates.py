@@ -131,6 +131,7 @@ class Predicate:
     fn: Callable[[SceneState], object]
     objects: tuple[str, ...]  # sim names of the movable objects it mentions
     moved: tuple[str, ...] = ()  # sim names of the objects it asks `moved` about
+    puts: tuple[tuple[str, str], ...] = ()  # (object, container) of each `inside(obj, container)` it asks
 
     def __call__(self, state: SceneState):
         value = self.fn(state)
@@ -172,10 +173,17 @@ def compile_predicate(source: str, names: dict[str, str], want: str = "bool") ->
     fn, kind = _compile(tree, names, mentioned)
     if kind != want:
         raise PredicateError(f"'{source}' gives a {kind_word(kind)}, expected a {kind_word(want)}")
-    moved = [_resolve(node.args[0], "obj", names, []) for node in ast.walk(tree)
-             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "moved"]
+    moved = [_resolve(c.args[0], "obj", names, []) for c in _calls(tree, "moved")]
+    puts = [(_resolve(c.args[0], "obj", names, []), _resolve(c.args[1], "container", names, []))
+            for c in _calls(tree, "inside")]
     return Predicate(source=source.strip(), kind=kind, fn=fn, objects=tuple(dict.fromkeys(mentioned)),
-                     moved=tuple(dict.fromkeys(moved)))
+                     moved=tuple(dict.fromkeys(moved)), puts=tuple(dict.fromkeys(puts)))
+
+
+def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    """Every call of the function `name` in a compiled (so type-checked) expression."""
+    return [node for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name]
 
 
 def _depth(tree: ast.AST) -> int:

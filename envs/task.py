@@ -236,6 +236,15 @@ class Task:
                   *self.hazard_checks.values(), *(f for f, _ in self.dense_terms)]
         return tuple(sim for sim in OBJECTS if any(sim in c.moved for c in checks if c is not None))
 
+    @cached_property
+    def carry_targets(self) -> dict[str, str]:
+        """Object → the container its success check puts it in: the describer says how far a carried object is
+        from it (the goal's "how close the cup is to the bin" dimension, which otherwise no sentence carries)."""
+        targets: dict[str, str] = {}
+        for obj, container in self.success_check.puts:
+            targets.setdefault(obj, container)
+        return targets
+
     def word(self, sim: str) -> str:
         return self.words.get(sim, sim.replace("_", " "))
 

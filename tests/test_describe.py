@@ -95,7 +95,7 @@ PLACED = {
         {"cup0": (1.35, 0.82, 0.54)},
         "The gripper is closed, 10 cm from the glass cup. The hammer lies in the middle of the table. "
         "The screwdriver lies 10 cm from the back edge of the table. The glass cup is in the air, 15 cm above the table. "
-        "Milestones reached: 0 of 5.",
+        "It is far from the blue bin. Milestones reached: 0 of 5.",
     ),
     "quadrants": (
         {"tool0": (1.42, 0.60, 0.42), "tool1": (1.18, 0.95, 0.419), "cup0": (1.20, 0.62, 0.44)},
@@ -307,6 +307,30 @@ def test_a_carried_object_says_which_edge_it_is_near(tidy):
     d = tidy.captioner(SceneState(gripper_pos=objects["cup0"].pos.copy(), gripper_vel=s.gripper_vel,
                                   gripper_width=0.042, objects=objects))
     assert "The glass cup is held 5 cm above the table." in d.text and not any("over_edge" in f for f in d.facts)
+
+
+def _held(tidy, sim: str, xyz) -> SceneState:
+    s = placed(tidy, **{sim: xyz})
+    objects = dict(s.objects)
+    o = objects[sim]
+    objects[sim] = type(o)(pos=o.pos, vel=o.vel, up=o.up, quat=o.quat, fingers_touching=2)
+    return SceneState(gripper_pos=o.pos.copy(), gripper_vel=s.gripper_vel, gripper_width=0.042, objects=objects)
+
+
+def test_a_carried_object_says_how_far_its_container_is(tidy):
+    """tidy_table puts the cup in the bin and the tools in the tray: while carried, each says how far its own
+    container is (the goal's "how close" dimension), "over" once above it; objects the task puts nowhere say nothing."""
+    assert tidy.task.carry_targets == {"tool0": "tray", "tool1": "tray", "cup0": "left_bin"}
+    d = tidy.captioner(_held(tidy, "cup0", (1.22, 0.72, 0.55)))  # 20 cm to the bin's side of it
+    assert "The glass cup is held 20 cm above the table. It is 20 cm from the blue bin." in d.text
+    assert "target_gap(glass cup, blue bin) = 20 cm" in d.facts
+    d = tidy.captioner(_held(tidy, "cup0", (1.22, 0.53, 0.55)))
+    assert "It is over the blue bin." in d.text
+    d = tidy.captioner(_held(tidy, "tool0", (1.22, 0.53, 0.55)))  # the hammer over the bin: its place is the tray
+    assert "The hammer is held 20 cm above the table. It is far from the green tray." in d.text
+    reach = robo_prm.make_env("reach_tool")
+    assert reach.unwrapped.task.carry_targets == {}
+    reach.close()
 
 
 # ---- issue 13: renamed table, edges and middle; "moved" only where a task checks it -------------------------

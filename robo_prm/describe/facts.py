@@ -63,6 +63,10 @@ class ObjectFacts:
     # held / lifted within NEAR_EDGE_M of an edge: distance words to it, "beyond" once past it. An edge hazard holds
     # for an object carried low near an edge, so the text has to say where a carried object is.
     edge_gap: str | None = None
+    # held / lifted, in a task that puts it in a container: that container, and "over" once above it, else the
+    # horizontal distance words to its centre ("how close the cup is to the bin" is a goal dimension of such tasks)
+    target: str | None = None
+    target_gap: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,16 @@ def moved_words(sim: str, s: SceneState) -> str | None:
     return distance_words(d) if d >= MOVED_M else None
 
 
-def object_facts(sim: str, s: SceneState, watch_moved: bool = False) -> ObjectFacts:
+def target_facts(xy: np.ndarray, container: str | None) -> dict:
+    if container is None:
+        return {}
+    place = PLACES[container]
+    gap = "over" if place.contains_xy(xy) else distance_words(float(np.linalg.norm(xy - np.asarray(place.center))))
+    return {"target": container, "target_gap": gap}
+
+
+def object_facts(sim: str, s: SceneState, watch_moved: bool = False, target: str | None = None) -> ObjectFacts:
+    """`target`: the container the task puts `sim` in (Task.carry_targets), said of it while carried."""
     o = s.objects[sim]
     upright = bool(o.up[2] > 0.9) if OBJECT_KIND[sim] == "fragile" else True
     moving = float(np.linalg.norm(o.vel)) > MOVING_MS
@@ -105,15 +118,16 @@ def object_facts(sim: str, s: SceneState, watch_moved: bool = False) -> ObjectFa
     p = o.pos
     d, edge = edge_distance_xy(p[:2])
     over = {"edge": edge, "edge_gap": "beyond" if d < 0 else distance_words(d)} if d < NEAR_EDGE_M else {}
+    carried = target_facts(p[:2], target)
     if o.fingers_touching >= 2:
-        return ObjectFacts(place="held", bucket=distance_words(p[2] - TABLE_TOP_Z), **over, **common)
+        return ObjectFacts(place="held", bucket=distance_words(p[2] - TABLE_TOP_Z), **over, **carried, **common)
     if not (p[2] > TABLE_TOP_Z - 0.01 and edge_distance_xy(p[:2])[0] > 0):
         return ObjectFacts(place="fallen", **common)
     for c in CONTAINERS:
         if PLACES[c].contains_xy(p[:2]) and p[2] < TABLE_TOP_Z + 0.1:
             return ObjectFacts(place="in", container=c, **common)
     if p[2] > TABLE_TOP_Z + 0.06:
-        return ObjectFacts(place="lifted", bucket=distance_words(p[2] - TABLE_TOP_Z), **over, **common)
+        return ObjectFacts(place="lifted", bucket=distance_words(p[2] - TABLE_TOP_Z), **over, **carried, **common)
     if d < NEAR_EDGE_M:
         return ObjectFacts(place="near_edge", edge=edge, bucket=distance_words(d), **common)
     if PLACES["middle"].contains_xy(p[:2]):
@@ -124,9 +138,9 @@ def object_facts(sim: str, s: SceneState, watch_moved: bool = False) -> ObjectFa
 
 
 def scene_facts(movable: tuple[str, ...], s: SceneState, milestones: tuple[int, int] | None = None,
-                moved: tuple[str, ...] = ()) -> SceneFacts:
+                moved: tuple[str, ...] = (), targets: dict[str, str] | None = None) -> SceneFacts:
     """The facts of a state for a task's objects; `milestones` = (reached, total) or None; `moved`: the objects
-    whose distance from their reset pose is a fact (Task.moved_objects)."""
+    whose distance from their reset pose is a fact (Task.moved_objects); `targets`: Task.carry_targets."""
     reached, total = milestones if milestones is not None else (None, None)
-    objects = tuple(object_facts(sim, s, sim in moved) for sim in movable)
+    objects = tuple(object_facts(sim, s, sim in moved, (targets or {}).get(sim)) for sim in movable)
     return SceneFacts(gripper_facts(movable, s), objects, reached, total)

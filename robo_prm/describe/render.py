@@ -55,6 +55,10 @@ def _object(o: ObjectFacts, word, facts: list[str]) -> str:
     if o.moved is not None:
         facts.append(f"moved({w}) = {o.moved}")
         extra += " It has moved " + ("more than 30 cm" if o.moved == "far" else o.moved) + " from where it stood."
+    if o.target_gap is not None:  # a carried object, toward the container its task puts it in
+        target = word(o.target)
+        facts.append(f"target_gap({w}, {target}) = {o.target_gap}")
+        extra += f" It is over the {target}." if o.target_gap == "over" else f" It is {o.target_gap} from the {target}."
     if o.moving:
         facts.append(f"moving({w})")
         extra += " It is moving fast."

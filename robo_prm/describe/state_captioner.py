@@ -33,7 +33,7 @@ class StateCaptioner:
         if task.milestone_checks:
             status = status or task.status(state)
             milestones = (status.reached, len(task.milestone_checks))
-        return scene_facts(task.movable, state, milestones, moved=task.moved_objects)
+        return scene_facts(task.movable, state, milestones, moved=task.moved_objects, targets=task.carry_targets)
 
     def features(self, s: SceneState) -> np.ndarray:
         """Positions that matter to this task, for the judgement cache's nearest-neighbour reuse."""
