@@ -31,6 +31,8 @@ Variants (docs/LEARNING.md):
   llm_demos_no_safety, llm_demos_bc_no_safety, sparse_demos_bc   the same aids without the safety term / on the sparse reward
   llm_demos_clone   llm_demos_bc with the actor never released: the clone is the policy (a reference for tidy_table)
   llm_demos_bc_keep llm_demos_bc acting with the clone's action where the critics rate it higher (`--demo_bc.keep_clone`)
+  llm_demos_residual llm_demos_bc whose actor learns a residual within ±0.2 of the frozen clone's action
+                    (`--demo_bc.residual 0.2`; llm_demos_residual05: ±0.5)
   llm_curriculum    the default + curriculum of start states (`--curriculum.enabled true`)
   llm_no_novelty    the default without the count-based novelty term (`--reward.novelty none`)
   llm_async         the default with the judge off the step path (`--reward.async true`; issue 16's sync vs async)
@@ -73,6 +75,9 @@ VARIANTS = {
     # the clone alone: the actor is never released (SAC trains only its critics), the demonstrations as the policy
     "llm_demos_clone": [*DEMOS_BC, "--demo_bc.critic_warmup", "100000000"],
     "llm_demos_bc_keep": [*DEMOS_BC, "--demo_bc.keep_clone", "true"],
+    # the actor learns a residual of at most ±0.2 around the frozen clone's action (`--demo_bc.residual`)
+    "llm_demos_residual": [*DEMOS_BC, "--demo_bc.residual", "0.2"],
+    "llm_demos_residual05": [*DEMOS_BC, "--demo_bc.residual", "0.5"],
     "llm_demos_no_safety": ["--reward.safety_weight", "0", *DEMOS],
     "llm_demos_bc_no_safety": ["--reward.safety_weight", "0", *DEMOS_BC],
     "llm_curriculum": ["--curriculum.enabled", "true", *NO_DEMOS],

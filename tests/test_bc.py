@@ -11,7 +11,8 @@ from robo_prm.config_io import ConfigError
 from robo_prm.envs.task import load_task
 from robo_prm.train import train
 from robo_prm.train.algos import load_weights, make_algo
-from robo_prm.train.bc import MIN_STD, ClonePolicy, DemoBCCallback, StandardizedObs, clone_actor, standardize_inputs
+from robo_prm.train.bc import (MIN_STD, ClonePolicy, DemoBCCallback, ResidualActor, StandardizedObs, clone_actor,
+                               standardize_inputs)
 from robo_prm.train.envs import make_tidy_env, make_vec_env
 from robo_prm.train.demos import collect_demos
 from robo_prm.train.run import load_policy
@@ -168,3 +169,47 @@ def test_a_run_that_keeps_the_clone_saves_and_loads_it(tmp_path):
     ext = model.policy.clone.features_extractor
     assert isinstance(ext, StandardizedObs) and float((ext.std != 1).float().mean()) > 0.5
     env.close()
+
+
+def test_the_residual_starts_as_the_clone_and_moves_at_most_its_scale(tmp_path):
+    cfg, venv, model, rows = _model_with_demos(tmp_path, **{"demo_bc.residual": 0.2})
+    actor = model.actor
+    assert isinstance(actor, ResidualActor)
+    standardize_inputs(model)
+    clone_actor(model, 200, std=0.3)
+    obs = th.as_tensor(np.stack([r[0] for r in rows[:64]]))
+    with th.no_grad():
+        clone = actor(obs, deterministic=True).clone()
+    actor.keep_base(0.2)
+    with th.no_grad():
+        np.testing.assert_allclose(actor(obs, deterministic=True).numpy(), clone.numpy(), atol=1e-6)  # residual 0
+        for p in actor.mu.parameters():
+            p.add_(10 * th.randn_like(p))  # however far the actor moves …
+        moved, _ = actor.action_log_prob(obs)
+    assert float((moved - clone).abs().max()) <= 0.2 + 1e-6  # … the action stays within the scale of the clone's
+    assert float((moved - clone).abs().max()) > 0.1
+    # SAC's actor loss reaches the residual through the composed action; the base stays frozen
+    action, log_prob = actor.action_log_prob(obs)
+    (action.sum() + log_prob.sum()).backward()
+    assert actor.mu.weight.grad is not None and all(p.grad is None for p in actor.base.parameters())
+    venv.close()
+
+
+def test_a_residual_run_saves_and_loads_its_base(tmp_path):
+    run = train(_cfg(tmp_path, **{"demo_bc.residual": 0.3}))
+    cfg, task, policy = load_policy(run)
+    env = make_tidy_env(task, cfg, render=False)
+    model = load_weights(cfg, env, run / "final_model.zip")
+    assert isinstance(model.actor, ResidualActor) and float(model.actor.scale) == pytest.approx(0.3)
+    obs, _ = env.reset(seed=3)
+    with th.no_grad():
+        base = model.actor.base(th.as_tensor(obs[None]), deterministic=True)[0].numpy()
+    assert np.abs(policy(obs) - base).max() <= 0.3 + 1e-5
+    env.close()
+
+
+def test_residual_needs_the_clone_and_not_the_kept_clone(tmp_path):
+    with pytest.raises(ConfigError, match="demo_bc.residual: .*pretrain_steps"):
+        _cfg(tmp_path, **{"demo_bc.residual": 0.2, "demo_bc.pretrain_steps": 0}).check_combination()
+    with pytest.raises(ConfigError, match="demo_bc.residual: not with demo_bc.keep_clone"):
+        _cfg(tmp_path, **{"demo_bc.residual": 0.2, "demo_bc.keep_clone": True}).check_combination()

@@ -14,7 +14,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from robo_prm.config import TrainConfig
 from robo_prm.config_io import ConfigError
 from robo_prm.reward.relabel import relabel_kwargs
-from robo_prm.train.bc import ClonePolicy, StandardizedObs
+from robo_prm.train.bc import ClonePolicy, ResidualPolicy, StandardizedObs
 from robo_prm.train.demos import demo_buffer_class
 
 ALGOS = {"sac": SAC, "ppo": PPO}
@@ -59,6 +59,8 @@ def make_algo(cfg: TrainConfig, venv, log_dir: Path | None, **override) -> BaseA
     policy = "MultiInputPolicy" if cfg.reward_source == "her" else "MlpPolicy"
     if cfg.algo == "sac" and cfg.demo_bc.enabled and cfg.demo_bc.keep_clone:
         policy = ClonePolicy  # SAC's MlpPolicy + the frozen clone (train/bc.py)
+    if cfg.algo == "sac" and cfg.demo_bc.enabled and cfg.demo_bc.residual > 0:
+        policy = ResidualPolicy  # the actor learns a residual on the frozen clone (train/bc.py)
     return ALGOS[cfg.algo](policy, venv, seed=cfg.seed, device=cfg.device, tensorboard_log=str(log_dir) if log_dir else None,
                            verbose=0, **kwargs)
 

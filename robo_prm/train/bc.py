@@ -46,7 +46,7 @@ from gymnasium import spaces
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
-from stable_baselines3.sac.policies import SACPolicy
+from stable_baselines3.sac.policies import Actor, SACPolicy
 
 MIN_STD = 0.05  # floor of a slot's scale (module doc)
 CLIP = 10.0  # bound of a standardised input: a slot the demos never moved reads ±CLIP once it moves by CLIP × MIN_STD
@@ -136,6 +136,53 @@ class ClonePolicy(SACPolicy):
         self.acted += len(use_clone)
         self.clone_chosen += int(use_clone.sum())
         return th.where(use_clone, clone, action)
+
+
+class ResidualActor(Actor):
+    """SB3's SAC actor whose action, once `keep_base` has run, is clip(base(s) + scale × its own action): `base` is a
+    frozen copy of the clone, and the actor — its mean layer zeroed then — learns a residual around it (residual
+    policy learning, Silver et al. 2018; Johannink et al. 2019). SAC trains it unmodified: `forward` and
+    `action_log_prob` both give the composed action, so the replay buffer, the critics and the actor loss all see
+    the action the env gets; the log-probability is the residual's (a constant shift of the composed one's, which
+    the entropy coefficient absorbs). What it is for: SAC's updates take tidy_table's clone from 0.8 to 0.0 within
+    2k actor updates (module doc) — here they can move the action at most `scale` from the clone's."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.base = Actor(*args, **kwargs)
+        self.base.requires_grad_(False)
+        self.register_buffer("scale", th.zeros(()))  # 0 until keep_base: the actor alone, as clone_actor fits it
+
+    def keep_base(self, scale: float) -> None:
+        """The actor as it is now (the clone) becomes the frozen base; the residual starts at zero."""
+        own = {k: v for k, v in self.state_dict().items() if not k.startswith("base.") and k != "scale"}
+        self.base.load_state_dict(own)
+        with th.no_grad():
+            self.mu.weight.zero_()
+            self.mu.bias.zero_()
+        self.scale.fill_(scale)
+
+    def _compose(self, obs: th.Tensor, residual: th.Tensor) -> th.Tensor:
+        if float(self.scale) == 0.0:
+            return residual
+        with th.no_grad():
+            base = self.base(obs, deterministic=True)
+        return (base + self.scale * residual).clamp(-1.0, 1.0)
+
+    def forward(self, obs: th.Tensor, deterministic: bool = False) -> th.Tensor:
+        return self._compose(obs, super().forward(obs, deterministic))
+
+    def action_log_prob(self, obs: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        action, log_prob = super().action_log_prob(obs)
+        return self._compose(obs, action), log_prob
+
+
+class ResidualPolicy(SACPolicy):
+    """SAC's MlpPolicy with a `ResidualActor` (`demo_bc.residual`); the base and its scale are saved in policy.pth."""
+
+    def make_actor(self, features_extractor=None) -> ResidualActor:
+        actor_kwargs = self._update_features_extractor(self.actor_kwargs, features_extractor)
+        return ResidualActor(**actor_kwargs).to(self.device)
 
 
 class DemoBCCallback(BaseCallback):

@@ -247,6 +247,8 @@ def add_demos(model, venv, cfg: TrainConfig, run_dir: Path) -> dict:
         stats.update(clone_actor(model, cfg.demo_bc.pretrain_steps, cfg.demo_bc.std))
         if cfg.demo_bc.keep_clone:
             model.policy.keep_clone()
+        if cfg.demo_bc.residual > 0:
+            model.actor.keep_base(cfg.demo_bc.residual)
     stats["demo_wall_s"] = round(time.time() - t0, 2)
     (run_dir / "demos.json").write_text(json.dumps(stats, indent=1))
     log.info("demos: %s", stats)
