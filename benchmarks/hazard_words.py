@@ -8,7 +8,9 @@ asked in each phrasing set:
 * `as_written` — the file's own texts;
 * `NAME=PATH.yaml` — every checked hazard re-worded with a random line of that kind from the YAML
   (`hazards: {near_edge: [{text: "the {obj} ..."}], named_edge: …, fell, tipped, disturbed, bystander_moved}`),
-  filled with the file's own names for the object, the table, the edge and the bystander. The seed fixes the draw.
+  filled with the file's own names for the object, the table, the edge and the bystander. The seed fixes the draw,
+  made file after file in the order given: list the files in the same order to compare runs (the published
+  commands list them sorted).
 
     python benchmarks/hazard_words.py --name s17 --readers shipped,/tmp/reader \\
         --phrasings as_written,fresh=/tmp/fresh_phrasings/hazards_fresh.yaml generated_s1/gen_s1_00{02,05}.yaml

@@ -58,7 +58,8 @@ IMG = ROOT / "docs" / "img"
 TASKS = ("push_tool_from_edge", "place_cup_in_bin")
 NO_DEMOS = ["--demos", "0", "--demo_bc.pretrain_steps", "0"]  # a task's train config may ship demos (place_cup_in_bin)
 DEMOS = ["--demos", "50", "--demo_bc.pretrain_steps", "0"]  # demos as replay rows only
-DEMOS_BC = ["--demos", "50", "--demo_bc.pretrain_steps", "5000"]  # + the clone, warm-up and Q-filtered BC (train/bc.py)
+DEMOS_BC = ["--demos", "50", "--demo_bc.pretrain_steps", "5000",  # + the clone, warm-up and Q-filtered BC (train/bc.py),
+            "--demo_bc.residual", "0"]  # the actor free (place_cup_in_bin ships a residual on the clone)
 # every variant states its aids, so a variant means the same on every task whatever its train config ships
 VARIANTS = {
     "shipped": [],  # the task's train config as shipped, nothing overridden (issue 15's "defaults that work")

@@ -73,7 +73,8 @@ class DemoBCConfig:
                                   "whichever the critics rate higher (IBRL's action selection; train/bc.py)")
     residual: float = opt(0.0, min=0.0, max=2.0, help="act with the frozen clone's action + this × the actor's, the "
                                                         "actor learning a residual that starts at zero (residual policy "
-                                                        "learning; train/bc.py); 0: the actor is the policy")
+                                                        "learning; train/bc.py); 0: the actor is the policy. Like every "
+                                                        "demo_bc field, inert while cloning is off")
     critic_warmup: int = opt(2_000, min=0, help="env steps after learning_starts during which SAC updates the critic only "
                                                 "and the cloned actor is held still")
     learning_starts: int = opt(1_000, min=0, help="SAC's learning_starts when cloning (replaces sac.learning_starts: "
@@ -140,9 +141,7 @@ class TrainConfig:
             raise ConfigError(f"demos: needs algo sac (a replay buffer to keep them in), got algo {self.algo}")
         if self.demo_bc.enabled and not self.demos:
             raise ConfigError("demo_bc: clones the demonstrations: needs demos > 0")
-        if self.demo_bc.residual > 0 and not self.demo_bc.enabled:
-            raise ConfigError("demo_bc.residual: learns a residual on the clone: needs demo_bc.pretrain_steps > 0")
-        if self.demo_bc.residual > 0 and self.demo_bc.keep_clone:
+        if self.demo_bc.enabled and self.demo_bc.residual > 0 and self.demo_bc.keep_clone:
             raise ConfigError("demo_bc.residual: not with demo_bc.keep_clone (two ways of acting with the clone)")
         if self.demos and self.reward_source == "her":
             raise ConfigError("demos: not with reward_source her (HerReplayBuffer keeps whole episodes of its own)")

@@ -208,8 +208,12 @@ def test_a_residual_run_saves_and_loads_its_base(tmp_path):
     env.close()
 
 
-def test_residual_needs_the_clone_and_not_the_kept_clone(tmp_path):
-    with pytest.raises(ConfigError, match="demo_bc.residual: .*pretrain_steps"):
-        _cfg(tmp_path, **{"demo_bc.residual": 0.2, "demo_bc.pretrain_steps": 0}).check_combination()
+def test_residual_is_inert_without_the_clone_and_excludes_the_kept_clone(tmp_path):
+    """place_cup_in_bin ships a residual; `--demos 0 --demo_bc.pretrain_steps 0` must still train from the reward."""
+    cfg = _cfg(tmp_path, **{"demo_bc.residual": 0.2, "demo_bc.pretrain_steps": 0, "demos": 0})
+    cfg.check_combination()
+    venv = make_vec_env(load_task(cfg.task), cfg)
+    assert not isinstance(make_algo(cfg, venv, None).actor, ResidualActor)
+    venv.close()
     with pytest.raises(ConfigError, match="demo_bc.residual: not with demo_bc.keep_clone"):
         _cfg(tmp_path, **{"demo_bc.residual": 0.2, "demo_bc.keep_clone": True}).check_combination()

@@ -38,6 +38,9 @@ use the demonstrations' actions too, all outside SAC's own training loop:
   the weak part there), and on place_cup_in_bin ended at 0.93 against 0.90 without it (3 seeds): off by default.
   Unlike IBRL the critics' bootstrap target stays SAC's own (the actor's next action): changing it would mean
   rewriting SAC's train step. The share of steps that acted with the clone is logged (`train/clone_chosen`).
+* `ResidualPolicy` (`demo_bc.residual`): the clone frozen as a base, the actor a residual of at most ±scale around
+  it (`ResidualActor`). Fine-tuning can then bend the clone's actions but not replace them: place_cup_in_bin's
+  end-of-run dips went away (3 seeds); tidy_table's clone is lost even within ±0.2 (docs/BENCHMARKS.md).
 """
 from __future__ import annotations
 
