@@ -60,9 +60,14 @@ def encode(f: SceneFacts) -> dict[str, int]:
 
 
 def expressible(f: SceneFacts) -> SceneFacts:
-    """The part of `f` the heads can say: everything but a carried object's edge (`ObjectFacts.edge_gap` came after
-    the shipped heads were trained; the pixel captioner leaves that clause out until a head is trained for it)."""
-    return replace(f, objects=tuple(replace(o, edge=None, edge_gap=None) if o.edge_gap else o for o in f.objects))
+    """The part of `f` the heads can say: everything but a carried object's edge and its way to its container
+    (`ObjectFacts.edge_gap`, `target_gap` came after the shipped heads were trained; the pixel captioner leaves those
+    clauses out until heads are trained for them)."""
+    def said(o):
+        o = replace(o, edge=None, edge_gap=None) if o.edge_gap else o
+        return replace(o, target=None, target_gap=None) if o.target_gap else o
+
+    return replace(f, objects=tuple(said(o) for o in f.objects))
 
 
 def _argmax(logits: np.ndarray, allowed: list[int] | None = None) -> int:
