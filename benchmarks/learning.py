@@ -32,7 +32,7 @@ Variants (docs/LEARNING.md):
   llm_demos_clone   llm_demos_bc with the actor never released: the clone is the policy (a reference for tidy_table)
   llm_demos_bc_keep llm_demos_bc acting with the clone's action where the critics rate it higher (`--demo_bc.keep_clone`)
   llm_demos_residual llm_demos_bc whose actor learns a residual within ±0.2 of the frozen clone's action
-                    (`--demo_bc.residual 0.2`; llm_demos_residual05: ±0.5)
+                    (`--demo_bc.residual 0.2`: place_cup_in_bin's shipped config)
   llm_curriculum    the default + curriculum of start states (`--curriculum.enabled true`)
   llm_no_novelty    the default without the count-based novelty term (`--reward.novelty none`)
   llm_async         the default with the judge off the step path (`--reward.async true`; issue 16's sync vs async)
@@ -78,7 +78,6 @@ VARIANTS = {
     "llm_demos_bc_keep": [*DEMOS_BC, "--demo_bc.keep_clone", "true"],
     # the actor learns a residual of at most ±0.2 around the frozen clone's action (`--demo_bc.residual`)
     "llm_demos_residual": [*DEMOS_BC, "--demo_bc.residual", "0.2"],
-    "llm_demos_residual05": [*DEMOS_BC, "--demo_bc.residual", "0.5"],
     "llm_demos_no_safety": ["--reward.safety_weight", "0", *DEMOS],
     "llm_demos_bc_no_safety": ["--reward.safety_weight", "0", *DEMOS_BC],
     "llm_curriculum": ["--curriculum.enabled", "true", *NO_DEMOS],

@@ -152,7 +152,7 @@ class ResidualActor(Actor):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.base = Actor(*args, **kwargs)
+        self.base = Actor(*args, **kwargs)  # shares the features extractor (StandardizedObs: buffers, no weights)
         self.base.requires_grad_(False)
         self.register_buffer("scale", th.zeros(()))  # 0 until keep_base: the actor alone, as clone_actor fits it
 
