@@ -158,3 +158,17 @@ def test_the_shipped_head_belongs_to_the_shipped_judge():
     assert head.llm_share == 0.0 and head.hidden_size == 576
     assert resolve_finetuned(JudgeConfig(score_head="none")).score_head == "none"
     assert resolve_finetuned(JudgeConfig(finetuned=False)).score_head is None  # the zero-shot model has no head
+
+
+def test_row_weights_balance_tasks_and_weigh_policy_rows():
+    from types import SimpleNamespace
+
+    from robo_prm.finetune.score_head import row_weights
+
+    rows = [SimpleNamespace(task="a", source="scripted")] * 2 + [SimpleNamespace(task="a", source="policy")] * 2 + \
+        [SimpleNamespace(task="b", source="scripted")] * 4 + [SimpleNamespace(task="c", source="scripted")]
+    train = np.array([True] * 8 + [False])
+    even = row_weights(rows, train)
+    assert even[:4].sum() == pytest.approx(even[4:8].sum()) and even[8] == 0.0 and even[train].mean() == pytest.approx(1)
+    heavy = row_weights(rows, train, policy_weight=4.0)
+    assert heavy[2] == pytest.approx(4 * heavy[0]) and heavy[:4].sum() > heavy[4:8].sum()

@@ -37,6 +37,8 @@ class ScoreHeadTrainConfig:
                                        "0, 0.25, 0.5, 0.75 that orders the held-out split's scripted episodes best; "
                                        "a mixture is wider, so less often confident: docs/FINETUNE.md)")
     strip_milestones: bool = opt(False, "drop the scene's \"Milestones reached\" line (a file without milestones has none)")
+    policy_weight: float = opt(1.0, gt=0.0, help="weight of the policy-state rows (`label auto --from_run`) against the "
+                                                 "scripted rows of their task (1: every row of a task weighs the same)")
     seed: int = opt(0, "seed of the initialisation and the batches")
     threads: int = opt(1, min=1, help="llama.cpp and torch threads")
 
@@ -119,6 +121,17 @@ def choose_llm_share(held, head_digits, llm_digits, fixed: float | None = None) 
     return float(best), shares
 
 
+def row_weights(labels, train: np.ndarray, policy_weight: float = 1.0) -> np.ndarray:
+    """Every task weighs the same (mean 1 over the train rows, 0 on held-out rows), and then a policy-state row
+    (`label auto --from_run`) weighs `policy_weight` times the scripted rows of its task. Why > 1: reach_tool's 6,000 policy rows share one
+    task's weight with 245 generated tasks, and the states training keeps judging sat at the 0.7 confidence line
+    (docs/FINETUNE.md, "Score head")."""
+    per_task = Counter(lab.task for lab, t in zip(labels, train) if t)
+    w = np.array([(policy_weight if lab.source == "policy" else 1.0) / per_task[lab.task] if t else 0.0
+                  for lab, t in zip(labels, train)])
+    return w / w[train].mean()
+
+
 def train_score_head(cfg: ScoreHeadTrainConfig, echo=print) -> dict:
     import torch
 
@@ -141,9 +154,7 @@ def train_score_head(cfg: ScoreHeadTrainConfig, echo=print) -> dict:
     mean, std = h[train].mean(0), h[train].std(0) + 1e-3
     x = torch.from_numpy((h - mean) / std)
     y = torch.from_numpy(soft_targets(np.array([lab.target for lab in labels]), cfg.sigma))
-    per_task = Counter(lab.task for lab, t in zip(labels, train) if t)
-    w = np.array([1.0 / per_task[lab.task] if t else 0.0 for lab, t in zip(labels, train)])
-    w = torch.tensor(w / w[train].mean(), dtype=torch.float32)  # every task weighs the same
+    w = torch.tensor(row_weights(labels, train, cfg.policy_weight), dtype=torch.float32)
     layers = [torch.nn.Linear(h.shape[1], cfg.hidden or 10)]
     if cfg.hidden:
         layers += [torch.nn.GELU(), torch.nn.Dropout(0.2), torch.nn.Linear(cfg.hidden, 10)]
@@ -184,7 +195,7 @@ def train_score_head(cfg: ScoreHeadTrainConfig, echo=print) -> dict:
             "labels": str(cfg.labels), "train_labels": int(train.sum()), "heldout_labels": len(held), "history": history,
             "heldout_llm_voc": episode_voc(held, llm_digits[~train] @ ticks) if held else {},
             "config": {k: getattr(cfg, k) for k in ("hidden", "epochs", "batch_size", "lr", "weight_decay", "sigma",
-                                                    "strip_milestones", "seed")},
+                                                    "strip_milestones", "policy_weight", "seed")},
             "seconds": round(time.perf_counter() - t0, 1), "provenance": provenance()}
     ScoreHead(weights, info).save(cfg.out)
     echo(f"wrote {Path(cfg.out)}")
