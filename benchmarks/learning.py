@@ -110,6 +110,18 @@ def final_eval(run_dir: Path, seed: int, episodes: int) -> dict:
     return summarize(run_episodes(policy, task, cfg, range(start, start + episodes)))
 
 
+def final_eval_fresh(run_dir: Path, seed: int, episodes: int) -> dict:
+    """`final_eval` in a fresh process: a benchmark that runs for hours may predate a config field that the run's
+    config.yaml (written by the code on disk) has, and then could not read it (sessions 13, 15 and 18 lost a row so)."""
+    code = ("import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); import learning; "
+            "print(json.dumps(learning.final_eval(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))))")
+    proc = subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parent), str(run_dir), str(seed),
+                           str(episodes)], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"final evaluation of {run_dir} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run_one(task: str, variant: str, seed: int, args) -> tuple[dict, dict]:
     name = f"learning__{task}__{variant}__{seed}__{args.budget}"
     run_dir = Path(args.runs_dir) / name
@@ -125,7 +137,7 @@ def run_one(task: str, variant: str, seed: int, args) -> tuple[dict, dict]:
         raise RuntimeError(f"{task} {variant} seed {seed} failed:\n{proc.stderr[-3000:]}")
     history = json.loads((run_dir / "eval" / "eval_history.json").read_text())
     curve = [[h["env_steps"], h["success_rate"], h["hazard_events_per_episode"]] for h in history if h["env_steps"] < args.budget]
-    last = final_eval(run_dir, seed, args.final_episodes)
+    last = final_eval_fresh(run_dir, seed, args.final_episodes)
     curve.append([args.budget, last["success_rate"], last["hazard_events_per_episode"]])
     row = {"task": task, "variant": variant, "seed": seed, "budget": args.budget, "curve": curve,
            "steps_to_80": steps_to(curve), "final_success": last["success_rate"], "wall_s": round(wall, 1)}

@@ -123,9 +123,9 @@ def choose_llm_share(held, head_digits, llm_digits, fixed: float | None = None) 
 
 def row_weights(labels, train: np.ndarray, policy_weight: float = 1.0) -> np.ndarray:
     """Every task weighs the same (mean 1 over the train rows, 0 on held-out rows), and then a policy-state row
-    (`label auto --from_run`) weighs `policy_weight` times the scripted rows of its task. Why > 1: reach_tool's 6,000 policy rows share one
-    task's weight with 245 generated tasks, and the states training keeps judging sat at the 0.7 confidence line
-    (docs/FINETUNE.md, "Score head")."""
+    (`label auto --from_run`) weighs `policy_weight` times the scripted rows of its task. Why > 1: reach_tool's
+    6,000 policy rows share one task's weight with 245 generated tasks, and the states training keeps judging sat
+    at the 0.7 confidence line (docs/FINETUNE.md, "Score head")."""
     per_task = Counter(lab.task for lab, t in zip(labels, train) if t)
     w = np.array([(policy_weight if lab.source == "policy" else 1.0) / per_task[lab.task] if t else 0.0
                   for lab, t in zip(labels, train)])
