@@ -38,9 +38,9 @@ def names_of(raw: dict, check: str) -> dict[str, str]:
     display = {ident_key(v): v for v in objects.values()}  # a check names an object by its ident (club_hammer)
     args = re.search(r"\((.*)\)", check).group(1).split(",")
     first = display.get(args[0].strip(), args[0].strip().replace("_", " "))
-    edge = args[2].strip() if len(args) > 2 else "front"
+    edge = args[2].strip() if len(args) > 2 else "front"  # a direction (front) or the file's edge word (right_side)
     return {"obj": first, "bys": first, "table": objects.get("table", "table"),
-            "edge": objects.get(f"{edge}_edge", f"{edge} edge")}
+            "edge": display.get(edge) or objects.get(f"{edge}_edge", f"{edge} edge")}
 
 
 def reworded(path: str, bank: dict[str, list[str]], rng: random.Random) -> dict[str, str]:
@@ -66,11 +66,11 @@ def measure(reader, cases, texts_per_case, errors: list | None = None) -> dict:
         names = [n for n in case.checked if n in texts]
         if not names:
             continue
-        kinds = reader.kind_of([texts[n] for n in names])
+        kinds = reader.kind_of([texts[n] for n in names], edges=case.text.edges, table=case.text.table)
         routed += [k == KIND_OF[n] for n, k in zip(names, kinds) if k is not None and n in KIND_OF]
         scenes = [s.text for ep in case.episodes for s in ep.scenes]
         truth = [t for ep in case.episodes for t in ep.truth]
-        p = reader.probabilities([texts[n] for n in names], scenes)
+        p = reader.probabilities([texts[n] for n in names], scenes, edges=case.text.edges, table=case.text.table)
         for scene, row, true in zip(scenes, p, truth):
             for n, prob in zip(names, row):
                 c = per_kind.setdefault(n, [0, 0, 0])  # tp, fp, fn
@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("tasks", nargs="+")
     ap.add_argument("--name", required=True)
     ap.add_argument("--readers", default="shipped", help="comma-separated reader folders (shipped: the packaged one); "
-                    "FOLDER+bank: that reader with the kind bank of today's configs/reader/paraphrases.yaml")
+                    "FOLDER+bank: that reader with the kind bank of today's configs/reader/paraphrases.yaml; "
+                    "FOLDER+no_edge_names: without the task's edge and table words (HazardReader.kind_vectors)")
     ap.add_argument("--phrasings", default="as_written", help="comma-separated: as_written and/or NAME=PATH.yaml")
     ap.add_argument("--episodes", type=int, default=2)
     ap.add_argument("--max_states", type=int, default=8)
@@ -139,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         reader = HazardReader.load(None if folder == "shipped" else folder)
         if bank == "bank":  # the reader with the kind bank of today's configs/reader/paraphrases.yaml
             reader.kinds = KindBank(kind_bank(), reader.tokens)
+        if bank == "no_edge_names":  # the route before session 19: the task's edge and table words unused
+            reader.kind_vectors = lambda hazards, edges=(), table=None, route=reader.kind_vectors: route(hazards)
         for label, texts in sets.items():
             errors: list[dict] = []
             r = measure(reader, cases, texts, errors)

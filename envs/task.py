@@ -223,7 +223,8 @@ class Task:
         """The half of the task file the judge reads (no predicates)."""
         s = self.spec
         hazards = tuple(HazardText(h.name, h.text, float(h.severity), h.check is not None) for h in s.hazards)
-        return TaskText(s.name, s.background, s.goal, tuple(s.dimensions), hazards)
+        return TaskText(s.name, s.background, s.goal, tuple(s.dimensions), hazards,
+                        edges=tuple(self.word(edge) for edge in EDGE_SIMS), table=self.word("table"))
 
     @cached_property
     def movable(self) -> tuple[str, ...]:

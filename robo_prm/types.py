@@ -66,6 +66,11 @@ class TaskText:
     goal: str
     dimensions: tuple[str, ...]
     hazards: tuple[HazardText, ...] = ()
+    # the task's words for the table's four edges ("front edge", or the file's own: "near rim") and the table: a
+    # hazard about a named edge names one of them (the hazard reader's route, robo_prm/judge/hazard_reader.py);
+    # not in any prompt
+    edges: tuple[str, ...] = ()
+    table: str | None = None
 
     @property
     def key(self) -> tuple:

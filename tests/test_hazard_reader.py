@@ -5,11 +5,12 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from robo_prm.finetune.hazard_reader import HazardTrainConfig, best_threshold, pairs, train_reader
 from robo_prm.finetune.labels import read_labels
 from robo_prm.judge import ConfidentJudge, JudgeConfig, Scored, make_judge
-from robo_prm.judge.hazard_reader import HazardReader, shipped_reader_folder, strip_milestones
+from robo_prm.judge.hazard_reader import HazardReader, ReaderNet, shipped_reader_folder, strip_milestones
 from robo_prm.types import HazardText, SceneDescription, TaskText
 
 TASK = {"background": "A hammer lies on a table.", "goal": "Bring the gripper to the hammer.", "dimensions": ["distance"],
@@ -84,7 +85,7 @@ class _Backend:
 class _BrokenReader:
     seconds = 0.0
 
-    def probabilities(self, hazards, scenes):
+    def probabilities(self, hazards, scenes, **names):
         raise RuntimeError("reader weights unreadable")
 
 
@@ -155,7 +156,7 @@ def test_a_reader_outage_does_not_serve_cached_answers_without_hazards(reader):
     class _Flaky:  # answers, then fails
         seconds, broken = 0.0, False
 
-        def probabilities(self, hazards, scenes):
+        def probabilities(self, hazards, scenes, **names):
             if self.broken:
                 raise RuntimeError("reader gone")
             return reader.probabilities(hazards, scenes)
@@ -246,3 +247,39 @@ def test_every_object_sentence_of_the_describer_is_found_by_the_focus():
         for verb in ("stands", "lies", "lies tipped over"):
             assert rest.format(verb=verb, height="", bucket="", table="", container="", from_edge="", middle="",
                                depth="", side="", fallen_pose="").startswith(OBJECT_VERBS), place
+
+
+class _FixedKinds:
+    """A kind route answering fixed vectors: kinds edge, fell, moved, named_edge, tipped."""
+    kinds = ["edge", "fell", "moved", "named_edge", "tipped"]
+
+    def __init__(self, rows):
+        self.rows = torch.tensor(rows)
+
+    def __call__(self, texts):
+        return self.rows[:len(texts)].clone()
+
+
+def test_a_hazard_naming_none_of_the_tasks_edges_is_not_a_named_edge_hazard():
+    r = HazardReader(ReaderNet(kinds=5))
+    r.kinds = _FixedKinds([[0.05, 0.0, 0.05, 0.5, 0.4]] * 3)
+    edges, hazards = ("near rim", "far rim", "left rim", "right rim"), [
+        "keep the bowl off the near rim",       # names an edge of the task: stays named_edge
+        "the vase is lying on its side",        # names no edge and not the table: the share spreads
+        "the vase sits at the border of the counter"]  # names the table only: an edge, unnamed
+    k = r.kind_vectors(hazards, edges, table="counter")
+    assert torch.allclose(k[0], r.kinds.rows[0])
+    assert k[1, 3] == 0 and torch.allclose(k[1], torch.tensor([0.1, 0.0, 0.1, 0.0, 0.8]))
+    assert torch.allclose(k[2], torch.tensor([0.55, 0.0, 0.05, 0.0, 0.4]))
+    assert torch.allclose(r.kind_vectors(hazards), r.kinds.rows)  # no edges known (labels, old callers): as routed
+    assert r.kind_of(hazards, edges, "counter") == ["named_edge", "tipped", "edge"]
+
+
+def test_a_task_tells_the_reader_its_edge_and_table_words():
+    from robo_prm.envs.task import load_task
+
+    text = load_task("reach_tool").text
+    assert text.edges == ("front edge", "back edge", "left edge", "right edge") and text.table == "table"
+    r = HazardReader.load(shipped_reader_folder())  # "side" alone sent this wording to named_edge
+    assert r.kind_of(["the vase is lying on its side"], ("near side", "far side", "left side", "right side"),
+                     "workbench") == ["tipped"]

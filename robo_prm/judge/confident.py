@@ -125,7 +125,8 @@ class ConfidentJudge:
             return None
         texts = {h.name: h.text for h in task.hazards}
         try:
-            p = self.reader.probabilities([texts[n] for n in asked], [s.text for s in scenes])
+            p = self.reader.probabilities([texts[n] for n in asked], [s.text for s in scenes], edges=task.edges,
+                                           table=task.table)
         except Exception as exc:  # never stop training over the reader: the backend answers instead
             if not self._reader_down:  # one warning per outage, as for the backend
                 log.warning("hazard reader failed (%s: %s); the judge backend answers the hazards until it recovers",

@@ -155,6 +155,11 @@ class KindBank:
         return torch.softmax(best / self.temperature, dim=1)
 
 
+def _word(phrase: str) -> re.Pattern:
+    """A case-free whole-word match of `phrase`."""
+    return re.compile(rf"\b{re.escape(phrase.strip())}\b", re.IGNORECASE)
+
+
 def pad(states: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """A list of (L_i, D) → (B, max L, D) float32 and a (B, max L) mask of real tokens."""
     n = max(len(s) for s in states)
@@ -238,7 +243,7 @@ class HazardReader:
         offsets = self.info.get("kind_offsets") or {}
         self.offsets = (torch.tensor([float(offsets.get(k, 0.0)) for k in self.kinds.kinds])
                         if self.kinds is not None and offsets else None)
-        self._memo: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._memo: OrderedDict[tuple[str, str, tuple], float] = OrderedDict()
         self.seconds = 0.0  # wall time spent answering, for ms-per-judgement figures
 
     @classmethod
@@ -253,15 +258,44 @@ class HazardReader:
     def save(self, folder: str | Path, info: dict) -> None:
         save_net_folder(self.net, folder, info)
 
+    def kind_vectors(self, hazards: Sequence[str], edges: Sequence[str] = (), table: str | None = None
+                     ) -> torch.Tensor | None:
+        """(N, kinds) kind vectors; None for a reader without kinds. `edges` / `table`: the task's words for the
+        table's edges and the table (TaskText). A named-edge hazard names one of the edges ("the bowl is within
+        5 cm of the near rim"), so the named_edge share of a hazard that names none is moved: to `edge` when it
+        names the table ("placed at the rim of the counter": an edge, unnamed), else to the other kinds in
+        proportion. Why: "the vase is lying on its side" went to named_edge on the word "side" and fired
+        whenever the vase stood near an edge. Without `edges` the classifier's vectors stand as they are."""
+        if self.kinds is None:
+            return None
+        k = self.kinds(list(hazards))
+        if not edges or "named_edge" not in self.kinds.kinds:
+            return k
+        named = self.kinds.kinds.index("named_edge")
+        near = self.kinds.kinds.index("edge") if "edge" in self.kinds.kinds else None
+        edge_words = [_word(e) for e in edges]
+        table_word = _word(table) if table else None
+        k = k.clone()
+        for i, h in enumerate(hazards):
+            if any(w.search(h) for w in edge_words):
+                continue
+            share, k[i, named] = float(k[i, named]), 0.0
+            rest = float(k[i].sum())
+            if near is not None and (rest < 0.05 or (table_word is not None and table_word.search(h))):
+                k[i, near] += share
+            else:
+                k[i] /= max(rest, 1e-9)
+        return k
+
     @torch.no_grad()
     def logits(self, hazards: Sequence[str], scenes: Sequence[str], batch: int = 256,
-               kind_thresholds: bool = True) -> np.ndarray:
-        """One logit per (hazard, scene) pair (equal-length lists); > 0 decides "holds"."""
+               kind_thresholds: bool = True, edges: Sequence[str] = (), table: str | None = None) -> np.ndarray:
+        """One logit per (hazard, scene) pair (equal-length lists); > 0 decides "holds". `edges`: kind_vectors."""
         hz = self.tokens(list(hazards))
         if self.info.get("scene_focus"):  # readers trained on the scene cut to the hazard's own object
             scenes = [about_its_object(h, s) for h, s in zip(hazards, scenes)]
         sc = self.tokens([strip_milestones(s) for s in scenes])
-        kinds = self.kinds(list(hazards)) if self.kinds is not None else None
+        kinds = self.kind_vectors(hazards, edges, table)
         out = []
         for i in range(0, len(hz), batch):
             h, hm = pad(hz[i:i + batch])
@@ -273,20 +307,22 @@ class HazardReader:
             out.append(z.numpy())
         return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
-    def kind_of(self, hazards: Sequence[str]) -> list[str | None]:
+    def kind_of(self, hazards: Sequence[str], edges: Sequence[str] = (), table: str | None = None) -> list[str | None]:
         """Each hazard text's nearest known kind (None for a reader without kinds)."""
         if self.kinds is None:
             return [None] * len(hazards)
-        return [self.kinds.kinds[i] for i in self.kinds(list(hazards)).argmax(1).tolist()]
+        return [self.kinds.kinds[i] for i in self.kind_vectors(hazards, edges, table).argmax(1).tolist()]
 
-    def probabilities(self, hazard_texts: Sequence[str], scenes: Sequence[str]) -> np.ndarray:
-        """(len(scenes), len(hazard_texts)) P(hazard holds), memoised per pair."""
+    def probabilities(self, hazard_texts: Sequence[str], scenes: Sequence[str], edges: Sequence[str] = (),
+                      table: str | None = None) -> np.ndarray:
+        """(len(scenes), len(hazard_texts)) P(hazard holds), memoised per pair; `edges`, `table`: kind_vectors."""
         self.tokens.load()  # a start-up cost (like loading the LLM), not a judgement's: kept out of `seconds`
         t0 = time.perf_counter()
-        pairs = [(h, s) for s in scenes for h in hazard_texts]
+        names = (tuple(edges), table)
+        pairs = [(h, s, names) for s in scenes for h in hazard_texts]
         todo = list(dict.fromkeys(p for p in pairs if p not in self._memo))
         if todo:
-            z = self.logits([h for h, _ in todo], [s for _, s in todo])
+            z = self.logits([h for h, _, _ in todo], [s for _, s, _ in todo], edges=edges, table=table)
             for p, v in zip(todo, 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))):
                 self._memo[p] = float(v)
             while len(self._memo) > 100_000:
