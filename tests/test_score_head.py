@@ -136,6 +136,40 @@ def test_a_prompt_seen_before_is_read_once(tmp_path, monkeypatch):
     assert np.array_equal(h[15], h[0]) and np.array_equal(digits[17], digits[2]) and not np.array_equal(h[1], h[0])
 
 
+def test_a_grown_label_set_reads_only_its_new_prompts(tmp_path, monkeypatch):
+    pytest.importorskip("llama_cpp")
+    from robo_prm.finetune.score_head import features
+    from robo_prm.judge import bundled_model_path
+    from robo_prm.judge.backends.llamacpp import LlamaCppBackend
+
+    labels = _labels(tmp_path / "labels.jsonl")[:18]
+    calls, read = [], LlamaCppBackend.score_logits
+    monkeypatch.setattr(LlamaCppBackend, "score_logits", lambda self, *a: calls.append(1) or read(self, *a))
+    cache = tmp_path / "features.npz"
+    first, _ = features(labels[:10], bundled_model_path(), cache=cache)
+    assert len(calls) == 10
+    grown, _ = features(labels, bundled_model_path(), cache=cache)
+    assert len(calls) == 15 and np.array_equal(grown[:10], first)  # 5 new prompts; 3 rows repeat earlier ones
+    features(labels, bundled_model_path(), cache=cache)
+    assert len(calls) == 15  # the same set: all from the cache
+
+
+def test_a_head_trained_with_the_judges_numerical_noise(tmp_path):
+    pytest.importorskip("llama_cpp")
+    from robo_prm.finetune.score_head import ScoreHeadTrainConfig, train_score_head
+    from robo_prm.judge import bundled_model_path
+
+    _labels(tmp_path / "labels.jsonl")
+    cfg = ScoreHeadTrainConfig(labels=str(tmp_path / "labels.jsonl"), out=str(tmp_path / "head"), model=bundled_model_path(),
+                               epochs=30, lr=3e-3, noise=2.0, noise_prompts=16)
+    info = train_score_head(cfg, echo=lambda *_: None)
+    std = np.load(tmp_path / "head" / "noise.npz")["std"]
+    h = np.load(tmp_path / "head" / "features.npz")["h"]
+    # batches round the hidden state otherwise than one prompt at a time: small against its spread, not zero
+    assert std.shape == (h.shape[1],) and 0 < std.mean() < 0.5 * h.std(0).mean()
+    assert info["config"]["noise"] == 2.0 and info["history"][-1]["loss"] < info["history"][0]["loss"]
+
+
 def test_score_head_config_errors(fitted_head, tmp_path):
     from robo_prm.judge import JudgeConfig, bundled_model_path, make_judge
 

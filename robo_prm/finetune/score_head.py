@@ -39,6 +39,11 @@ class ScoreHeadTrainConfig:
     strip_milestones: bool = opt(False, "drop the scene's \"Milestones reached\" line (a file without milestones has none)")
     policy_weight: float = opt(1.0, gt=0.0, help="weight of the policy-state rows (`label auto --from_run`) against the "
                                                  "scripted rows of their task (1: every row of a task weighs the same)")
+    noise: float = opt(0.0, min=0.0, help="train on hidden states with this many times llama.cpp's own numerical "
+                                          "noise added (estimated from `noise_prompts` prompts read in batches; 0: none)")
+    noise_prompts: int = opt(400, min=16, help="prompts read twice to estimate that noise")
+    goal_paraphrases: int = opt(0, min=0, help="re-worded copies of each train label of a generated task, its goal in "
+                                               "other words of its family (configs/reader/goals.yaml; 0: none)")
     seed: int = opt(0, "seed of the initialisation and the batches")
     threads: int = opt(1, min=1, help="llama.cpp and torch threads")
 
@@ -58,9 +63,16 @@ def _labels_digest(labels) -> str:
     return h.hexdigest()[:16]
 
 
+def _prompt_digest(lab, strip: bool) -> str:
+    """What a label's hidden state depends on: the task text the judge reads and the scene text."""
+    return hashlib.sha256(f"{lab.judge_text()!r}\0{lab.scene}\0{strip}".encode()).hexdigest()[:20]
+
+
 def features(labels, model: str, threads: int = 1, strip: bool = False, cache: Path | None = None,
              echo=print) -> tuple[np.ndarray, np.ndarray]:
-    """(hidden states (n, hidden), the LLM's own digit distributions (n, 10)) at each label's score position."""
+    """(hidden states (n, hidden), the LLM's own digit distributions (n, 10)) at each label's score position.
+    `cache` (features.npz) keeps them per prompt: a label set that grew (paraphrased goals, a new round of
+    policy rows) reads only its new prompts."""
     from robo_prm.judge import JudgeConfig
     from robo_prm.judge.backends.llamacpp import LlamaCppBackend
     from robo_prm.judge.hazard_reader import strip_milestones
@@ -69,32 +81,77 @@ def features(labels, model: str, threads: int = 1, strip: bool = False, cache: P
     from robo_prm.types import SceneDescription
 
     key = f"{Path(model).name}:{_labels_digest(labels)}:{strip}"
+    prompts = [_prompt_digest(lab, strip) for lab in labels]
+    known: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     if cache is not None and cache.exists():
         got = np.load(cache)
         if str(got["key"]) == key:
             echo(f"{cache}: hidden states of {len(labels)} labels reused")
             return got["h"], got["digits"]
-    backend = LlamaCppBackend(JudgeConfig(model=model, n_threads=threads, batch_seqs=1, finetuned=False))
-    recover = HiddenFromLogits(output_matrix(model))
-    hs, ds = np.zeros((len(labels), recover.w.shape[1]), np.float32), np.zeros((len(labels), 10), np.float32)
-    t0, done = time.perf_counter(), {}  # a prompt seen before (a state the policy returned to) is read once
-    for n, i in enumerate(sorted(range(len(labels)), key=lambda i: labels[i].task)):  # one task prefix at a time
-        lab = labels[i]
-        text = lab.judge_text()
-        scene = SceneDescription(text=strip_milestones(lab.scene) if strip else lab.scene, facts=())
-        prompt = (repr(text), scene.text)
-        if prompt in done:
-            hs[i], ds[i] = hs[done[prompt]], ds[done[prompt]]
+        if "prompts" in got.files and str(got["key"]).split(":")[0] == Path(model).name:
+            known = {p: (h, d) for p, h, d in zip(got["prompts"].tolist(), got["h"], got["digits"])}
+    todo = [i for i in sorted(range(len(labels)), key=lambda i: labels[i].task) if prompts[i] not in known]
+    if known:
+        echo(f"{cache}: hidden states of {len(labels) - len(todo)} labels reused, {len(todo)} to read")
+    backend = LlamaCppBackend(JudgeConfig(model=model, n_threads=threads, batch_seqs=1, finetuned=False)) if todo else None
+    recover = HiddenFromLogits(output_matrix(model)) if todo else None
+    t0 = time.perf_counter()
+    for n, i in enumerate(todo):  # one task prefix at a time; a prompt seen before is read once
+        if prompts[i] in known:
             continue
-        tt, logits = backend.score_logits(text, [scene])
-        hs[i], ds[i], done[prompt] = recover(logits[0]), digit_probs(logits[0], tt.digits)[0], i
+        lab = labels[i]
+        scene = SceneDescription(text=strip_milestones(lab.scene) if strip else lab.scene, facts=())
+        tt, logits = backend.score_logits(lab.judge_text(), [scene])
+        known[prompts[i]] = (recover(logits[0]), digit_probs(logits[0], tt.digits)[0])
         if n and n % 500 == 0:
-            echo(f"  {n}/{len(labels)} hidden states, {time.perf_counter() - t0:.0f} s")
-    backend.close()
+            echo(f"  {n}/{len(todo)} hidden states, {time.perf_counter() - t0:.0f} s")
+    if backend is not None:
+        backend.close()
+    hs = np.stack([known[p][0] for p in prompts]).astype(np.float32)
+    ds = np.stack([known[p][1] for p in prompts]).astype(np.float32)
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(cache, h=hs, digits=ds, key=key)
+        np.savez(cache, h=hs, digits=ds, key=key, prompts=np.array(prompts))
     return hs, ds
+
+
+def numerical_noise(labels, h: np.ndarray, model: str, threads: int = 1, n: int = 400, seed: int = 0,
+                    cache: Path | None = None, echo=print) -> np.ndarray:
+    """Per-unit standard deviation of llama.cpp's numerical noise in the hidden state: `n` train labels' prompts
+    read again in multi-sequence batches of 8 (one task's at a time, as the judge reads an episode's scenes) against
+    `h`, read one at a time. The 8-bit rounding of h differs with the batch; a head that leans on units where that
+    noise is large moves its score by up to 0.19 with the batch alone (docs/FINETUNE.md, "Score head")."""
+    from robo_prm.judge import JudgeConfig
+    from robo_prm.judge.backends.llamacpp import LlamaCppBackend
+    from robo_prm.judge.score_head import HiddenFromLogits, output_matrix
+    from robo_prm.types import SceneDescription
+
+    key = f"{Path(model).name}:{n}:{seed}"
+    if cache is not None and cache.exists():
+        got = np.load(cache)
+        if str(got["key"]) == key:
+            return got["std"]
+    by_task: dict[str, list[int]] = {}
+    for i, lab in enumerate(labels):
+        if lab.split == "train":
+            by_task.setdefault(lab.task, []).append(i)
+    rng = np.random.default_rng(seed)
+    backend = LlamaCppBackend(JudgeConfig(model=model, n_threads=threads, batch_seqs=8, finetuned=False))
+    recover = HiddenFromLogits(output_matrix(model))
+    diffs: list[np.ndarray] = []
+    for task in rng.permutation(sorted(by_task)):
+        rows = rng.permutation(by_task[task])[:8]
+        _, logits = backend.score_logits(labels[rows[0]].judge_text(),
+                                         [SceneDescription(labels[i].scene, ()) for i in rows], batched=True)
+        diffs += [recover(lg) - h[i] for i, lg in zip(rows, logits)]
+        if len(diffs) >= n:
+            break
+    backend.close()
+    std = np.stack(diffs).std(0).astype(np.float32)
+    echo(f"numerical noise of the hidden state from {len(diffs)} prompts: {float(std.mean()):.4f} per unit")
+    if cache is not None:
+        np.savez(cache, std=std, key=key)
+    return std
 
 
 def soft_targets(targets: np.ndarray, sigma: float) -> np.ndarray:
@@ -135,6 +192,7 @@ def row_weights(labels, train: np.ndarray, policy_weight: float = 1.0) -> np.nda
 def train_score_head(cfg: ScoreHeadTrainConfig, echo=print) -> dict:
     import torch
 
+    from robo_prm.finetune.goal_paraphrases import paraphrased_labels
     from robo_prm.finetune.labels import read_labels
     from robo_prm.finetune.progress_reader import episode_voc
     from robo_prm.judge.score_head import ScoreHead
@@ -144,6 +202,8 @@ def train_score_head(cfg: ScoreHeadTrainConfig, echo=print) -> dict:
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     labels = read_labels(cfg.labels)
+    reworded = paraphrased_labels(labels, cfg.goal_paraphrases, cfg.seed)
+    labels += reworded
     train = np.array([lab.split == "train" for lab in labels])
     if not train.any():
         raise ValueError(f"{cfg.labels}: no train-split labels")
@@ -153,6 +213,10 @@ def train_score_head(cfg: ScoreHeadTrainConfig, echo=print) -> dict:
     echo(f"{int(train.sum())} training labels, {len(held)} held-out; hidden states in {time.perf_counter() - t0:.0f} s")
     mean, std = h[train].mean(0), h[train].std(0) + 1e-3
     x = torch.from_numpy((h - mean) / std)
+    jitter = None
+    if cfg.noise > 0:  # in the standardised units the head reads
+        noise = numerical_noise(labels, h, model, cfg.threads, cfg.noise_prompts, cfg.seed, Path(cfg.out) / "noise.npz", echo)
+        jitter = torch.from_numpy(cfg.noise * noise / std)
     y = torch.from_numpy(soft_targets(np.array([lab.target for lab in labels]), cfg.sigma))
     w = torch.tensor(row_weights(labels, train, cfg.policy_weight), dtype=torch.float32)
     layers = [torch.nn.Linear(h.shape[1], cfg.hidden or 10)]
@@ -175,7 +239,8 @@ def train_score_head(cfg: ScoreHeadTrainConfig, echo=print) -> dict:
         order, total = rng.permutation(rows), 0.0
         for i in range(0, len(order), cfg.batch_size):
             b = order[i:i + cfg.batch_size]
-            loss = -(y[b] * torch.log_softmax(net(x[b]), -1)).sum(-1).mul(w[b]).mean()
+            xb = x[b] if jitter is None else x[b] + jitter * torch.randn(len(b), x.shape[1])
+            loss = -(y[b] * torch.log_softmax(net(xb), -1)).sum(-1).mul(w[b]).mean()
             opt_.zero_grad()
             loss.backward()
             opt_.step()
@@ -195,7 +260,9 @@ def train_score_head(cfg: ScoreHeadTrainConfig, echo=print) -> dict:
             "labels": str(cfg.labels), "train_labels": int(train.sum()), "heldout_labels": len(held), "history": history,
             "heldout_llm_voc": episode_voc(held, llm_digits[~train] @ ticks) if held else {},
             "config": {k: getattr(cfg, k) for k in ("hidden", "epochs", "batch_size", "lr", "weight_decay", "sigma",
-                                                    "strip_milestones", "policy_weight", "seed")},
+                                                    "strip_milestones", "policy_weight", "noise", "noise_prompts", "goal_paraphrases",
+                                                    "seed")},
+            "reworded_labels": len(reworded),
             "seconds": round(time.perf_counter() - t0, 1), "provenance": provenance()}
     ScoreHead(weights, info).save(cfg.out)
     echo(f"wrote {Path(cfg.out)}")

@@ -235,10 +235,15 @@ class LlamaCppBackend:
             out.append(Scored(digits, mass, probs, reason, (time.perf_counter() - t0) * 1e3))
         return out
 
-    def score_logits(self, task: TaskText, scenes: Sequence[SceneDescription]) -> tuple[_TaskTokens, list[np.ndarray]]:
-        """(the task's tokens, the next-token logits at each scene's score position): what the score head reads."""
+    def score_logits(self, task: TaskText, scenes: Sequence[SceneDescription],
+                     batched: bool = False) -> tuple[_TaskTokens, list[np.ndarray]]:
+        """(the task's tokens, the next-token logits at each scene's score position): what the score head reads.
+        `batched`: in multi-sequence batches, as the judge reads several scenes (slightly other 8-bit rounding)."""
         tt = self._task(task)
-        return tt, [self._eval(tt, tt.prefix + self.tokenize(scene_text(s)) + tt.score_tail) for s in scenes]
+        prompts = [tt.prefix + self.tokenize(scene_text(s)) + tt.score_tail for s in scenes]
+        if batched:
+            return tt, self._eval_many(tt, prompts)
+        return tt, [self._eval(tt, p) for p in prompts]
 
     def _score_batched(self, tt: _TaskTokens, scenes: Sequence[SceneDescription], hazards: Sequence[str],
                        explain: bool) -> list[Scored]:
