@@ -15,7 +15,7 @@ import dataclasses
 import random
 import re
 
-from robo_prm.finetune.hazard_kinds import _fields, reader_yaml
+from robo_prm.finetune.hazard_kinds import reader_yaml, template_fields, template_pattern
 
 
 def goal_bank() -> dict[str, list[str]]:
@@ -36,10 +36,7 @@ class GoalParaphraser:
             for t in templates:
                 if t["split"] != "train" or family not in self.bank:
                     continue
-                rx = re.escape(t["text"])
-                for field in _fields(t["text"]):
-                    rx = rx.replace(re.escape("{" + field + "}"), f"(?P<{field}>.+?)", 1)
-                self.patterns.append((family, re.compile(f"^{rx}$")))
+                self.patterns.append((family, template_pattern(t["text"])))
 
     def family_and_fields(self, goal: str) -> tuple[str, dict[str, str]] | None:
         for family, rx in self.patterns:
@@ -53,7 +50,7 @@ class GoalParaphraser:
         if found is None:
             return None
         family, fields = found
-        options = [o for o in self.bank[family] if all(f in fields for f in _fields(o)) and o.format(**fields) != goal]
+        options = [o for o in self.bank[family] if all(f in fields for f in template_fields(o)) and o.format(**fields) != goal]
         if not options:
             return None
         text = self.rng.choice(options).format(**fields)

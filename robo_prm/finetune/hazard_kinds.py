@@ -82,7 +82,7 @@ def fit_kind_classifier(tokens, fills: int = 12, weight_decay: float = 1e-5, see
     for i, kind in enumerate(kinds):
         for t in templates[kind]:
             for _ in range(fills):
-                texts.append(t.format(**{f: rng.choice(words[f]) for f in _fields(t)}))
+                texts.append(t.format(**{f: rng.choice(words[f]) for f in template_fields(t)}))
                 y.append(i)
     x = KindBank.embed(tokens, texts)
     target = torch.tensor(y)
@@ -142,8 +142,19 @@ class Renamer:
         return [self.pattern.sub(swap, t) for t in texts]
 
 
-def _fields(template: str) -> list[str]:
+def template_fields(template: str) -> list[str]:
+    """The {field} names of a format template, in order."""
     return [f for _, f, _, _ in string.Formatter().parse(template) if f]
+
+
+def template_pattern(template: str):
+    """A regex matching the texts `template` makes, each {field} a named group (what filled it)."""
+    import re
+
+    rx = re.escape(template)
+    for field in template_fields(template):
+        rx = rx.replace(re.escape("{" + field + "}"), f"(?P<{field}>.+?)", 1)
+    return re.compile(f"^{rx}$")
 
 
 class Paraphraser:
@@ -152,8 +163,6 @@ class Paraphraser:
     with a random line of configs/reader/paraphrases.yaml. None for a text no train template made."""
 
     def __init__(self, seed: int = 0):
-        import re
-
         from robo_prm.envs.generate import load_data
 
         self.rng = random.Random(seed)
@@ -164,16 +173,13 @@ class Paraphraser:
             for t in templates:
                 if t["split"] != "train" or kind not in self.extra:
                     continue
-                rx = re.escape(t["text"])
-                for field in ("obj", "table", "edge", "bys"):
-                    rx = rx.replace(re.escape("{" + field + "}"), f"(?P<{field}>.+?)", 1)
-                self.patterns.setdefault(kind, []).append(re.compile(f"^{rx}$"))
+                self.patterns.setdefault(kind, []).append(template_pattern(t["text"]))
 
     def __call__(self, kind: str, text: str) -> str | None:
         for rx in self.patterns.get(kind, ()):
             m = rx.match(text)
             if m:
                 fields = m.groupdict()
-                options = [o for o in self.extra[kind] if all(f in fields for f in _fields(o))]
+                options = [o for o in self.extra[kind] if all(f in fields for f in template_fields(o))]
                 return self.rng.choice(options).format(**fields) if options else None
         return None
