@@ -116,17 +116,19 @@ def features(labels, model: str, threads: int = 1, strip: bool = False, cache: P
 
 
 def numerical_noise(labels, h: np.ndarray, model: str, threads: int = 1, n: int = 400, seed: int = 0,
-                    cache: Path | None = None, echo=print) -> np.ndarray:
+                    strip: bool = False, cache: Path | None = None, echo=print) -> np.ndarray:
     """Per-unit standard deviation of llama.cpp's numerical noise in the hidden state: `n` train labels' prompts
     read again in multi-sequence batches of 8 (one task's at a time, as the judge reads an episode's scenes) against
-    `h`, read one at a time. The 8-bit rounding of h differs with the batch; a head that leans on units where that
-    noise is large moves its score by up to 0.19 with the batch alone (docs/FINETUNE.md, "Score head")."""
+    `h`, read one at a time (`strip`: the milestone line dropped, as `features` read them). The 8-bit rounding of h
+    differs with the batch; a head that leans on units where that noise is large moves its score by up to 0.19 with
+    the batch alone (docs/FINETUNE.md, "Score head")."""
     from robo_prm.judge import JudgeConfig
     from robo_prm.judge.backends.llamacpp import LlamaCppBackend
+    from robo_prm.judge.hazard_reader import strip_milestones
     from robo_prm.judge.score_head import HiddenFromLogits, output_matrix
     from robo_prm.types import SceneDescription
 
-    key = f"{Path(model).name}:{n}:{seed}"
+    key = f"{Path(model).name}:{n}:{seed}:{strip}"
     if cache is not None and cache.exists():
         got = np.load(cache)
         if str(got["key"]) == key:
@@ -142,7 +144,8 @@ def numerical_noise(labels, h: np.ndarray, model: str, threads: int = 1, n: int 
     for task in rng.permutation(sorted(by_task)):
         rows = rng.permutation(by_task[task])[:8]
         _, logits = backend.score_logits(labels[rows[0]].judge_text(),
-                                         [SceneDescription(labels[i].scene, ()) for i in rows], batched=True)
+                                         [SceneDescription(strip_milestones(labels[i].scene) if strip else labels[i].scene, ())
+                                          for i in rows], batched=True)
         diffs += [recover(lg) - h[i] for i, lg in zip(rows, logits)]
         if len(diffs) >= n:
             break
@@ -215,7 +218,8 @@ def train_score_head(cfg: ScoreHeadTrainConfig, echo=print) -> dict:
     x = torch.from_numpy((h - mean) / std)
     jitter = None
     if cfg.noise > 0:  # in the standardised units the head reads
-        noise = numerical_noise(labels, h, model, cfg.threads, cfg.noise_prompts, cfg.seed, Path(cfg.out) / "noise.npz", echo)
+        noise = numerical_noise(labels, h, model, cfg.threads, cfg.noise_prompts, cfg.seed, cfg.strip_milestones,
+                                Path(cfg.out) / "noise.npz", echo)
         jitter = torch.from_numpy(cfg.noise * noise / std)
     y = torch.from_numpy(soft_targets(np.array([lab.target for lab in labels]), cfg.sigma))
     w = torch.tensor(row_weights(labels, train, cfg.policy_weight), dtype=torch.float32)
