@@ -123,6 +123,9 @@ class Judgement:
     latency_ms: float = 0.0
     fallback: bool = False  # True when this came from the rules fallback after a low-confidence LLM answer
     cached: bool = False
+    # the LLM's progress before judge.fallback milestone_band kept it within the state's stage (None: not banded);
+    # the band reads the exact state, so a cached judgement is banded again for the state it answers
+    unbanded: float | None = None
 
     @property
     def score(self) -> float:

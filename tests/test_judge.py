@@ -249,11 +249,11 @@ class _Fixed:
 
 def test_low_confidence_falls_back_to_rules_and_is_counted(task):
     sure = np.eye(10)[6]
-    j = ConfidentJudge(_Fixed(sure), JudgeConfig(confidence_threshold=1.01))
+    j = ConfidentJudge(_Fixed(sure), JudgeConfig(confidence_threshold=1.01, fallback="milestones_only"))
     out = j.judge(task.text, SCENES)
     assert all(o.fallback for o in out) and [o.progress for o in out] == [0.0, 0.5, 1.0]
     assert j.stats()["fallbacks"] == 3 and j.stats()["calls"] == 3 and j.stats()["mean_latency_ms"] > 0
-    j = ConfidentJudge(_Fixed(sure), JudgeConfig(confidence_threshold=0.7))
+    j = ConfidentJudge(_Fixed(sure), JudgeConfig(confidence_threshold=0.7, fallback="milestones_only"))
     out = j.judge(task.text, SCENES)
     assert not any(o.fallback for o in out) and out[0].progress == pytest.approx(6 / 9) and out[0].confidence == 1.0
     assert j.stats()["fallbacks"] == 0
@@ -299,7 +299,7 @@ def test_auto_asks_the_llm_only_about_hazards_without_a_check(task):
 
 def test_equal_scene_text_reuses_the_model_answer_but_not_the_rules(task):
     backend = _Fixed(np.eye(10)[6])
-    j = ConfidentJudge(backend, JudgeConfig(confidence_threshold=1.01))
+    j = ConfidentJudge(backend, JudgeConfig(confidence_threshold=1.01, fallback="milestones_only"))
     a = SceneDescription(text="same words", facts=(), rule_progress=0.2)
     b = SceneDescription(text="same words", facts=(), rule_progress=0.7)
     out = j.judge(task.text, [a]) + j.judge(task.text, [b])
@@ -334,7 +334,7 @@ def tiny_model(tiny_llama):
 def test_transformers_backend_expected_score_on_flat_model(task, tiny_model):
     _, flat, n_vocab = tiny_model
     j = make_judge(JudgeConfig(backend="transformers", model=flat, confidence_threshold=0.0, hazards_from="union",
-                               hazard_answerer="backend"))  # the model's own yes/no answers
+                               hazard_answerer="backend", fallback="none"))  # the model's own score and yes/no answers
     out = j.judge(task.text, SCENES)
     for o in out:  # uniform next-token distribution: E[digit] = 4.5, agreement 0.3, digit share 10/V
         assert o.progress == pytest.approx(0.5, abs=1e-9)

@@ -139,12 +139,45 @@ def test_blend_by_confidence_weights_the_llm_by_its_confidence():
     assert done.progress == pytest.approx(w * 0.5 + (1 - w) * 1.0)
 
 
-def test_the_default_falls_back_only_to_better_informed_rules():
-    # chosen by measurement (docs/BENCHMARKS.md, "Judge on any task file"): on tasks with milestones it is
-    # the rules fallback, on text-only tasks the LLM's ordering is kept
-    assert JudgeConfig().fallback == "milestones_only"
-    out = ConfidentJudge(_Unsure(), JudgeConfig()).judge(TASK, [MID_TEXT_ONLY, MID_MILESTONES])
+def test_milestones_only_falls_back_only_to_better_informed_rules():
+    # on tasks with milestones it is the rules fallback, on text-only tasks the LLM's ordering is kept
+    out = ConfidentJudge(_Unsure(), JudgeConfig(fallback="milestones_only")).judge(TASK, [MID_TEXT_ONLY, MID_MILESTONES])
     assert [(o.progress, o.fallback) for o in out] == [(pytest.approx(0.5), False), (pytest.approx(0.4), True)]
+
+
+class _Says(_Unsure):
+    """A confident backend that scores every scene `progress`."""
+
+    def __init__(self, progress: float):
+        self.p = progress
+
+    def score(self, task, scenes, hazards, explain=False):
+        return [Scored(digits=np.eye(10)[9], digit_mass=1.0, hazards={}, reason=None, progress=self.p)
+                for _ in scenes]
+
+
+@pytest.mark.parametrize("llm, scene, want", [
+    (0.9, MID_MILESTONES, 0.5),   # 1 of 3 milestones: stage [1/4, 2/4]; the LLM ran ahead of it
+    (0.1, MID_MILESTONES, 0.25),  # ... or behind it
+    (0.3, MID_MILESTONES, 0.3),   # inside: the LLM's own score
+    (0.3, SceneDescription("s", (), 0, 3, rule_progress=0.1), 0.25),
+    (0.9, SceneDescription("s", (), 3, 3, rule_progress=0.8), 0.9),  # all reached, not yet success: [3/4, 1]
+    (0.6, SUCCESS, 1.0),
+    (0.6, MID_TEXT_ONLY, 0.6),  # no milestones: the LLM's score stands before success
+])
+def test_milestone_band_keeps_the_llm_within_its_stage(llm, scene, want):
+    j = ConfidentJudge(_Says(llm), JudgeConfig(fallback="milestone_band"))
+    [o] = j.judge(TASK, [scene])
+    assert o.progress == pytest.approx(want) and not o.fallback
+    assert j.stats()["banded"] == (abs(want - llm) > 1e-9) and j.stats()["fallbacks"] == 0
+
+
+def test_the_default_keeps_the_llm_within_the_milestones_stage():
+    # chosen by measurement (docs/BENCHMARKS.md, "Session 20"): milestones bound the stage, the LLM orders within it;
+    # an unsure LLM is banded like a sure one, never replaced
+    assert JudgeConfig().fallback == "milestone_band"
+    out = ConfidentJudge(_Unsure(), JudgeConfig()).judge(TASK, [MID_TEXT_ONLY, MID_MILESTONES, SUCCESS])
+    assert [(round(o.progress, 6), o.fallback) for o in out] == [(0.5, False), (0.5, False), (1.0, False)]
 
 
 def test_a_failed_backend_still_gets_the_rules_under_every_policy():
@@ -152,7 +185,7 @@ def test_a_failed_backend_still_gets_the_rules_under_every_policy():
         def score(self, *a):
             raise ConnectionError("gone")
 
-    for policy in ("milestones_only", "none"):
+    for policy in ("milestone_band", "milestones_only", "none"):
         [o] = ConfidentJudge(Broken(), JudgeConfig(fallback=policy)).judge(TASK, [MID_MILESTONES])
         assert o.fallback and o.progress == pytest.approx(0.4)
 
@@ -220,7 +253,7 @@ def test_make_judge_builds_the_distilled_backend(tmp_path, monkeypatch):
     model = d.DistilledModel(3 * 8)
     model.save(tmp_path / "head")
     monkeypatch.setattr(d, "minilm", lambda: type("TinyEncoder", (), {"encode": staticmethod(_encoder)})())
-    j = make_judge(JudgeConfig(backend="distilled", distilled=str(tmp_path / "head")))
+    j = make_judge(JudgeConfig(backend="distilled", distilled=str(tmp_path / "head"), fallback="none"))  # its own scores
     out = j.judge(TASK, [MID_TEXT_ONLY, SUCCESS])
     direct = model.predict(d.features(d.Embedder(_encoder), ["mid", "done"], [TASK.goal] * 2))
     assert [o.progress for o in out] == pytest.approx(list(direct), abs=1e-6)

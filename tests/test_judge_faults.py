@@ -172,7 +172,9 @@ def task():
 def _judge(url: str, **openai):
     oc = dict(base_url=url, deadline_s=DEADLINE, retries=1, backoff_s=0.05, cooldown_s=60.0, max_response_bytes=64 * 1024)
     oc.update(openai)
-    return make_judge(JudgeConfig(backend="openai", hazards_from="rules", confidence_threshold=0.5, openai=OpenAIConfig(**oc)))
+    # milestones_only: an unsure answer gets the rules (what these tests count); the default would band it instead
+    return make_judge(JudgeConfig(backend="openai", hazards_from="rules", confidence_threshold=0.5,
+                                  fallback="milestones_only", openai=OpenAIConfig(**oc)))
 
 
 def _timed(fn, *args, **kwargs):

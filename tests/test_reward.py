@@ -102,6 +102,18 @@ def test_cache_exact_and_nearest_neighbour_hits():
     assert cache.get("t", _scene("r")) is None  # rules answers read the state, never reused
 
 
+def test_a_cached_banded_judgement_is_banded_again_for_the_state_it_answers():
+    cache = JudgementCache()
+    stage0 = SceneDescription("same words", (), milestones_reached=0, milestones_total=1, rule_progress=0.2)
+    stage1 = SceneDescription("same words", (), milestones_reached=1, milestones_total=1, rule_progress=0.6)
+    cache.put("t", stage0, Judgement(progress=0.5, confidence=0.9, backend="llamacpp", unbanded=0.8))
+    assert cache.get("t", stage1).progress == 0.8  # the LLM's 0.8 lies in stage 1's band [0.5, 1]
+    assert cache.get("t", stage0).progress == 0.5
+    plain = Judgement(progress=0.8, confidence=0.9, backend="llamacpp")  # another policy: reused as it is
+    cache.put("t", _scene("other"), plain)
+    assert cache.get("t", SceneDescription("other", (), 0, 1, rule_progress=0.2)).progress == 0.8
+
+
 class FixedJudge:
     """Answers a fixed progress sequence, for arithmetic tests of the blend."""
 

@@ -2,8 +2,10 @@
 
 Every backend goes through it: a missing answer, a backend exception or a backend past its
 deadline (`JudgeDeadline`) → the rules judgement (Judgement.fallback=True); confidence below the
-threshold → what `JudgeConfig.fallback` says (default milestones_only: the rules only where they know
-more than success, `rules_informed`; elsewhere the LLM's own score stands, fallback=False; reader / reader_blend:
+threshold → what `JudgeConfig.fallback` says (default milestone_band: at any confidence the LLM's score is kept within
+the stage the task's milestones place the state in, `milestone_band`, and 1.0 at success — nothing replaces it;
+milestones_only: the rules only where they know more than success, `rules_informed`; elsewhere the LLM's own score
+stands, fallback=False; reader / reader_blend:
 the progress reader, a second opinion that reads the task text, answers or shares it — not a fallback). Fallbacks
 are counted by cause in `stats()` (fallback_low_confidence, fallback_error, fallback_deadline).
 A failing backend logs one warning per outage (`OutageLog`).
@@ -54,6 +56,25 @@ def rules_informed(scene: SceneDescription) -> bool:
     return p is not None and p == p and p > 0.0
 
 
+def milestone_band(scene: SceneDescription) -> tuple[float, float]:
+    """The progress the rules allow this state: 1.0 at success; with milestones, the stage between the last one
+    reached and the next, [k, k + 1] / (n + 1) of n milestones (the rules' own scale, `Task._rule_progress`);
+    else [0, 1]. The milestones know which stage a state is in; within it only the LLM orders states."""
+    p = scene.rule_progress
+    if p is not None and p == p and p >= 1.0:
+        return 1.0, 1.0
+    n, k = scene.milestones_total, scene.milestones_reached
+    if n and k is not None:
+        k = min(max(k, 0), n)
+        return k / (n + 1), (k + 1) / (n + 1)
+    return 0.0, 1.0
+
+
+def within_band(progress: float, scene: SceneDescription) -> float:
+    lo, hi = milestone_band(scene)
+    return min(max(progress, lo), hi)
+
+
 def merge_hazards(llm: Sequence[HazardReport], rules: Sequence[HazardReport], mode: str) -> tuple[HazardReport, ...]:
     if mode == "llm":
         return tuple(llm)  # "auto" merges like "union": the LLM asked only what rules cannot see
@@ -82,6 +103,7 @@ class ConfidentJudge:
         self.calibrator = calibrator
         self.name = backend.name if backend is not None else self.rules.name
         self._calls = self._fallbacks = self._hits = self._guarded = 0
+        self._banded = 0  # scores milestone_band moved into their stage
         self._by_cause = dict.fromkeys(CAUSES, 0)
         self.outage = OutageLog(self.name, getattr(backend, "where", None))
         self._answers: OrderedDict[tuple, Scored] = OrderedDict()  # ((task key, hazards asked), scene text) → raw answer
@@ -220,15 +242,19 @@ class ConfidentJudge:
             return Judgement(progress=w * progress + (1.0 - w) * other, confidence=conf,
                              hazards=merge_hazards(llm_hazards, rules.hazards, mode), reason=reason,
                              backend=f"{self.name}+progress_reader", latency_ms=s.latency_ms)
-        if conf < threshold and (policy in ("rules", "reader", "reader_blend")  # reader: only when it failed
-                                 or (policy != "none" and rules_informed(scene))):
+        unbanded = None
+        if policy == "milestone_band":  # at any confidence: the LLM's score, within the stage the milestones say
+            unbanded, progress = progress, within_band(progress, scene)
+            self._banded += progress != unbanded
+        elif conf < threshold and (policy in ("rules", "reader", "reader_blend")  # reader: only when it failed
+                                   or (policy != "none" and rules_informed(scene))):
             fb = self._fallback(rules, mode, s.latency_ms, (conf, llm_hazards, reason))
             if policy == "blend_by_confidence":  # the LLM keeps a share c/threshold of the score
                 w = conf / threshold
                 fb = dataclasses.replace(fb, progress=w * progress + (1.0 - w) * fb.progress)
             return fb
         return Judgement(progress=progress, confidence=conf, hazards=merge_hazards(llm_hazards, rules.hazards, mode),
-                         reason=reason, backend=self.name, latency_ms=s.latency_ms)
+                         reason=reason, backend=self.name, latency_ms=s.latency_ms, unbanded=unbanded)
 
     def _second_opinion(self, task: TaskText, scene: SceneDescription) -> float | None:
         """The progress reader's score, or None (no reader, or it failed: logged once per outage, the rules answer)."""
@@ -276,13 +302,16 @@ class ConfidentJudge:
         fallback_rate, mean latency_ms per scene, reasons_guarded (reasons that lost a sentence contradicting
         the scene), hazard_reader_failures (reader calls that failed; the backend answered those hazards),
         second_opinions / second_opinion_rate (unconfident scores the progress reader gave or shared: not fallbacks,
-        the rules did not answer), progress_reader_failures (the rules answered those)."""
+        the rules did not answer), progress_reader_failures (the rules answered those), banded / banded_rate (scores
+        `milestone_band` moved into the stage the milestones place the state in: not fallbacks, the LLM's score is
+        kept at the stage's nearer end)."""
         return {"calls": self._calls, "fallbacks": self._fallbacks,
                 **{f"fallback_{c}": n for c, n in self._by_cause.items()},
                 "errors": self.outage.failures, "outages": self.outage.outages, "answer_cache_hits": self._hits,
                 "reasons_guarded": self._guarded, "hazard_reader_failures": self._reader_failures,
                 "second_opinions": self._second, "progress_reader_failures": self._second_failures,
                 "second_opinion_rate": self._second / self._calls if self._calls else 0.0,
+                "banded": self._banded, "banded_rate": self._banded / self._calls if self._calls else 0.0,
                 "fallback_rate": self._fallbacks / self._calls if self._calls else 0.0,
                 "mean_latency_ms": self._latency_ms / self._calls if self._calls else 0.0}
 

@@ -60,8 +60,11 @@ class JudgeConfig:
     n_ctx: int = opt(2048, "llama.cpp context length, tokens")
     seed: int = opt(0, "sampling seed of the judge")
     confidence_threshold: float = opt(0.7, "below it the `fallback` policy answers instead of the LLM's own score")
-    fallback: Literal["rules", "milestones_only", "blend_by_confidence", "reader", "reader_blend", "none"] = opt(
-        "milestones_only", "below the confidence threshold: rules (the rules judgement, even where it knows only success); "
+    fallback: Literal["milestone_band", "rules", "milestones_only", "blend_by_confidence", "reader", "reader_blend",
+                      "none"] = opt(
+        "milestone_band", "milestone_band (at any confidence: the LLM's score kept within the stage the task's "
+        "milestones place the state in, [k, k+1]/(n+1) with k of n reached, 1.0 at success; nothing replaces it); "
+        "below the confidence threshold: rules (the rules judgement, even where it knows only success); "
         "milestones_only (the rules only where they know more than success: milestones, a distance-shaped or a "
         "success state; else the LLM's score stands); blend_by_confidence (there, c/threshold·LLM + rest·rules); "
         "reader (the progress reader's score: a small model that reads the task and scene text, "

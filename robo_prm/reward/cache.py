@@ -6,6 +6,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from robo_prm.judge.confident import within_band
 from robo_prm.types import Judgement, SceneDescription
 
 
@@ -32,7 +33,11 @@ class JudgementCache:
             self.hits_nn += 1
         else:
             self.misses += 1
-        return None if hit is None else dataclasses.replace(hit, cached=True)
+        if hit is None:
+            return None
+        if hit.unbanded is not None:  # banded for the state it was asked about: band it again for this one
+            hit = dataclasses.replace(hit, progress=within_band(hit.unbanded, scene))
+        return dataclasses.replace(hit, cached=True)
 
     def peek(self, task: str, scene: SceneDescription, need_reason: bool = False) -> bool:
         """Whether `get` would answer now, without counting or reordering anything (async judging asks
