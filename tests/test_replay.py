@@ -49,7 +49,8 @@ def synthetic_steps(n: int, rng: np.random.Generator) -> list[StepRecord]:
         hazards = (HazardReport("near_edge(hammer)", 0.8, float(rng.uniform(0.5, 1.0))),) if i in (3, 4, 7) else ()
         reason = " ".join(rng.choice(WORDS, size=int(rng.integers(5, 25)))) if i % 4 == 0 else None
         judgement = Judgement(progress=min(1.0, i / (n - 1)), confidence=float(rng.uniform(0.5, 1)),
-                              hazards=hazards, reason=reason, backend="stub") if judged else None
+                              hazards=hazards, reason=reason, backend="stub",
+                              unbanded=0.9 if i == 2 else None) if judged else None  # i=2: held to its stage
         terms = {"term/env": 0.0, "term/llm": float(rng.normal()), "term/explore": 0.01, "term/safety": -0.5 * bool(hazards),
                  "weight/env": 1.0, "weight/llm": 0.5, "weight/explore": 0.1, "weight/safety": 1.0}
         terms["total"] = sum(terms[f"term/{k}"] * terms[f"weight/{k}"] for k in ("env", "llm", "explore", "safety"))
@@ -97,6 +98,7 @@ def test_round_trip(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ep"]  # no temp folders left behind
     line = json.loads((path / "steps.jsonl").read_text().splitlines()[0])
     assert line["judgement"]["score"] == pytest.approx(1.0)  # human-readable 1–10 score is on disk
+    assert ep.steps[2].judgement.unbanded == 0.9 and ep.steps[0].judgement.unbanded is None
 
 
 def test_step_record_tolerates_missing_keys():

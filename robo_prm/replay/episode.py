@@ -102,6 +102,7 @@ def judgement_to_dict(j: Judgement) -> dict[str, Any]:
         "hazards": [{"name": h.name, "severity": h.severity, "probability": h.probability} for h in j.hazards],
         "backend": j.backend,
         "fallback": j.fallback,
+        "unbanded": j.unbanded,  # the LLM's own progress where milestone_band kept it within the state's stage
     }
 
 
@@ -116,6 +117,7 @@ def judgement_from_dict(d: dict[str, Any]) -> Judgement:
         reason=d.get("reason") or None,  # "" and null both mean "no reason generated"
         backend=str(d.get("backend", "")),
         fallback=bool(d.get("fallback", False)),
+        unbanded=None if d.get("unbanded") is None else float(d["unbanded"]),
     )
 
 

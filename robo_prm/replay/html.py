@@ -51,6 +51,7 @@ def _frame_view(t: int, info: FrameInfo) -> dict[str, Any]:
         "confidence": _num(j.confidence) if j else None,
         "backend": j.backend if j else "",
         "fallback": bool(j.fallback) if j else False,
+        "unbanded": _num(j.unbanded) if j and j.unbanded is not None else None,
         "reason": info.reason,
         "reason_at": info.reason_at,
         "hazards": [{"name": h.name, "p": _num(h.probability), "severity": _num(h.severity)}

@@ -41,6 +41,8 @@ def panel_header(pen: Pen, title: str, t: int, last: int, info) -> int:
     y += 14 if compact else 20
     if j is not None and not compact:
         note = f"conf {j.confidence:.2f}  {j.backend}" + ("  (rules fallback)" if j.fallback else "")
+        if j.unbanded is not None and abs(j.unbanded - j.progress) > 1e-6:  # the milestones' stage moved it
+            note += f"  (LLM {1 + 9 * j.unbanded:.1f}, held to its stage)"
         if info.judged_at is not None and info.judged_at != t:
             note += f"  (from step {info.judged_at})"
         y = draw.put(img, note, x, y, s * 0.8, draw.GREY)

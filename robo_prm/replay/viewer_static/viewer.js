@@ -48,6 +48,9 @@
     $("score").textContent = v.score === null ? "score -/10" : `score ${v.score.toFixed(1)}/10`;
     $("bar").style.width = v.progress === null ? "0" : `${(100 * v.progress).toFixed(1)}%`;
     let note = v.score === null ? "not judged yet" : `conf ${v.confidence.toFixed(2)} · ${v.backend}` + (v.fallback ? " (rules fallback)" : "");
+    if (v.unbanded !== null && v.unbanded !== undefined && Math.abs(v.unbanded - v.progress) > 1e-6) {
+        note += ` (LLM ${(1 + 9 * v.unbanded).toFixed(1)}, held to its stage)`;  // milestone_band moved it
+    }
     if (v.judged_at !== null && v.judged_at !== v.t) note += ` · held from step ${v.judged_at}`;
     $("judgeNote").textContent = note;
     const held = v.reason !== null && v.reason_at !== v.t;
