@@ -172,6 +172,15 @@ def test_milestone_band_keeps_the_llm_within_its_stage(llm, scene, want):
     assert j.stats()["banded"] == (abs(want - llm) > 1e-9) and j.stats()["fallbacks"] == 0
 
 
+def test_milestone_band_gives_an_unusable_answer_the_rules():
+    class Garbage(_Unsure):
+        def score(self, task, scenes, hazards, explain=False):
+            return [Scored(digits=None, digit_mass=0.0) for _ in scenes]
+
+    j = ConfidentJudge(Garbage(), JudgeConfig(fallback="milestone_band"))
+    assert [(o.progress, o.fallback) for o in j.judge(TASK, [MID_MILESTONES, MID_TEXT_ONLY])] == [(0.4, True), (0.0, True)]
+
+
 def test_the_default_keeps_the_llm_within_the_milestones_stage():
     # chosen by measurement (docs/BENCHMARKS.md, "Session 20"): milestones bound the stage, the LLM orders within it;
     # an unsure LLM is banded like a sure one, never replaced

@@ -243,10 +243,11 @@ class ConfidentJudge:
                              hazards=merge_hazards(llm_hazards, rules.hazards, mode), reason=reason,
                              backend=f"{self.name}+progress_reader", latency_ms=s.latency_ms)
         unbanded = None
-        if policy == "milestone_band":  # at any confidence: the LLM's score, within the stage the milestones say
+        if policy == "milestone_band" and s.digits is not None:  # at any confidence: within the milestones' stage
             unbanded, progress = progress, within_band(progress, scene)
             self._banded += progress != unbanded
         elif conf < threshold and (policy in ("rules", "reader", "reader_blend")  # reader: only when it failed
+                                   or policy == "milestone_band"  # no usable answer to band: the rules
                                    or (policy != "none" and rules_informed(scene))):
             fb = self._fallback(rules, mode, s.latency_ms, (conf, llm_hazards, reason))
             if policy == "blend_by_confidence":  # the LLM keeps a share c/threshold of the score
