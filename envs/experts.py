@@ -224,5 +224,7 @@ def run_expert(task, episodes: int = 20, seed: int = 0, perturb: float = 0.0) ->
         env.close()
     wins = sum(ep.success for ep in runs)
     return {"task": env.task.name, "success_rate": wins / max(1, episodes), "successes": wins, "episodes": episodes,
+            # a success that already holds at reset teaches nothing (the generator drops such tasks)
+            "solved_at_reset": sum(bool(ep.infos[0]["is_success"]) for ep in runs),
             "mean_length": float(np.mean([ep.steps for ep in runs])) if runs else 0.0, "seed": seed, "perturb": perturb,
             "lengths": [ep.steps for ep in runs]}

@@ -80,7 +80,8 @@ class TasksArgs:
     target: str | None = opt(None, "task name or YAML path", positional=True)
     out: str | None = opt(None, "render: output image (null: task.png); generate: output folder (null: generated_tasks)")
     seed: int = opt(0, "render: reset seed; expert: seed of the first episode; generate: the generator's seed")
-    size: int = opt(480, "render: frame size in pixels")
+    size: int = opt(480, "render: the frame is rendered at this many pixels square (the image is scaled to at least 480 "
+                         "wide so its caption reads)")
     episodes: int = opt(20, "expert: episodes to run, one per seed", min=1)
     perturb: float = opt(0.0, "expert: probability of a random action per step", min=0.0, max=1.0)
     json: str | None = opt(None, "expert: also write {success_rate, mean_length, episodes} as JSON here")
@@ -268,6 +269,9 @@ def _run_expert(task, args) -> int:
     r = run_expert(task, args.episodes, args.seed, args.perturb)
     print(f"{r['task']}: plan succeeded {r['successes']} / {r['episodes']} ({100 * r['success_rate']:.0f} %), mean length "
           f"{r['mean_length']:.1f} steps (seeds {args.seed}..{args.seed + args.episodes - 1}, perturb {args.perturb})")
+    if r["solved_at_reset"]:
+        print(f"warning: {task.source}: the success already holds at reset in {r['solved_at_reset']} of {r['episodes']} "
+              f"episodes (a start zone overlaps the goal's place? docs/TASKS.md, 'The scene')")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(r, indent=1))

@@ -195,6 +195,25 @@ def test_run_expert_reports_rate_and_length():
     assert r["mean_length"] == pytest.approx(np.mean(r["lengths"])) and all(1 < n < 50 for n in r["lengths"])
 
 
+def test_tasks_expert_warns_when_the_success_holds_at_reset(tmp_path, capsys):
+    import yaml
+
+    from robo_prm.cli import main as cli
+    from robo_prm.envs.task import tasks_dir
+
+    raw = yaml.safe_load((tasks_dir() / "reach_tool.yaml").read_text())
+    raw.update(success="not grasped(hammer)", milestones=[])  # true before the arm moves
+    raw.pop("success_distance", None)
+    path = tmp_path / "solved.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert cli(["tasks", "expert", str(path), "--episodes", "2"]) == 0
+    assert "the success already holds at reset in 2 of 2 episodes" in capsys.readouterr().out
+    from robo_prm.envs.experts import run_expert
+    from robo_prm.envs.task import load_task
+
+    assert run_expert(load_task(path), episodes=2)["solved_at_reset"] == 2
+
+
 def test_an_expert_reset_mid_carry_takes_over_and_one_at_the_goal_stays_put(make_env):
     """The expert re-plans from the state: a fresh one finds the cup already held and carries it on (no second
     approach); at the goal its plan is done and it only holds still with the fingers open."""
