@@ -199,7 +199,8 @@ def test_tasks_expert_warns_when_the_success_holds_at_reset(tmp_path, capsys):
     import yaml
 
     from robo_prm.cli import main as cli
-    from robo_prm.envs.task import tasks_dir
+    from robo_prm.envs.experts import run_expert
+    from robo_prm.envs.task import load_task, tasks_dir
 
     raw = yaml.safe_load((tasks_dir() / "reach_tool.yaml").read_text())
     raw.update(success="not grasped(hammer)", milestones=[])  # true before the arm moves
@@ -208,9 +209,6 @@ def test_tasks_expert_warns_when_the_success_holds_at_reset(tmp_path, capsys):
     path.write_text(yaml.safe_dump(raw))
     assert cli(["tasks", "expert", str(path), "--episodes", "2"]) == 0
     assert "the success already holds at reset in 2 of 2 episodes" in capsys.readouterr().out
-    from robo_prm.envs.experts import run_expert
-    from robo_prm.envs.task import load_task
-
     assert run_expert(load_task(path), episodes=2)["solved_at_reset"] == 2
 
 

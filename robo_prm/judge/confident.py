@@ -3,7 +3,7 @@
 Every backend goes through it: a missing answer, a backend exception or a backend past its
 deadline (`JudgeDeadline`) → the rules judgement (Judgement.fallback=True); confidence below the
 threshold → what `JudgeConfig.fallback` says (default milestone_band: at any confidence the LLM's score is kept within
-the stage the task's milestones place the state in, `milestone_band`, and 1.0 at success — nothing replaces it;
+the stage the task's milestones place the state in, `milestone_band`, and 1.0 at success — only an answer with no usable score gets the rules;
 milestones_only: the rules only where they know more than success, `rules_informed`; elsewhere the LLM's own score
 stands, fallback=False; reader / reader_blend:
 the progress reader, a second opinion that reads the task text, answers or shares it — not a fallback). Fallbacks

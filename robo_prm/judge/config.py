@@ -63,7 +63,7 @@ class JudgeConfig:
     fallback: Literal["milestone_band", "rules", "milestones_only", "blend_by_confidence", "reader", "reader_blend",
                       "none"] = opt(
         "milestone_band", "milestone_band (at any confidence: the LLM's score kept within the stage the task's "
-        "milestones place the state in, [k, k+1]/(n+1) with k of n reached, 1.0 at success; nothing replaces it); "
+        "milestones place the state in, [k, k+1]/(n+1) with k of n reached, 1.0 at success; an answer with no usable score gets the rules); "
         "below the confidence threshold: rules (the rules judgement, even where it knows only success); "
         "milestones_only (the rules only where they know more than success: milestones, a distance-shaped or a "
         "success state; else the LLM's score stands); blend_by_confidence (there, c/threshold·LLM + rest·rules); "
