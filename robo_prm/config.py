@@ -75,6 +75,10 @@ class DemoBCConfig:
                                                         "actor learning a residual that starts at zero (residual policy "
                                                         "learning; train/bc.py); 0: the actor is the policy. Like every "
                                                         "demo_bc field, inert while cloning is off")
+    select_fits: int = opt(1, min=1, max=50, help="fit the clone this many times from fresh initialisations and keep "
+                                                  "the fit that succeeds most on select_episodes validation rollouts "
+                                                  "(fits of one demo set differ widely on tidy_table); 1: one fit")
+    select_episodes: int = opt(10, min=1, help="validation episodes per clone fit (seeds 50,000 + 100 × seed on)")
     critic_warmup: int = opt(2_000, min=0, help="env steps after learning_starts during which SAC updates the critic only "
                                                 "and the cloned actor is held still")
     learning_starts: int = opt(1_000, min=0, help="SAC's learning_starts when cloning (replaces sac.learning_starts: "

@@ -12,7 +12,7 @@ from robo_prm.envs.task import load_task
 from robo_prm.train import train
 from robo_prm.train.algos import load_weights, make_algo
 from robo_prm.train.bc import (MIN_STD, ClonePolicy, DemoBCCallback, ResidualActor, StandardizedObs, clone_actor,
-                               standardize_inputs)
+                               select_clone, standardize_inputs)
 from robo_prm.train.envs import make_tidy_env, make_vec_env
 from robo_prm.train.demos import collect_demos
 from robo_prm.train.run import load_policy
@@ -127,6 +127,40 @@ def test_sac_trains_from_a_clone_and_a_loaded_policy_reads_inputs_the_same_way(t
     ext = model.actor.features_extractor
     assert isinstance(ext, StandardizedObs) and float((ext.std != 1).float().mean()) > 0.5
     env.close()
+
+
+def test_the_clone_fit_that_validates_best_is_kept(tmp_path):
+    cfg, venv, model, rows = _model_with_demos(tmp_path)
+    standardize_inputs(model)
+    obs = th.as_tensor(np.stack([r[0] for r in rows]))
+    seen, scores = [], iter([0.2, 0.9, 0.4])
+
+    def validate():  # each fit's weights as validated; a made-up success rate ranks them
+        with th.no_grad():
+            seen.append(model.actor(obs, deterministic=True).clone())
+        return next(scores)
+
+    stats = select_clone(model, 100, std=0.3, fits=3, validate=validate, seed=1)
+    assert stats["clone_chosen_fit"] == 1 and [f["success"] for f in stats["clone_fits"]] == [0.2, 0.9, 0.4]
+    assert not th.allclose(seen[0], seen[1])  # fresh initialisations: distinct fits
+    with th.no_grad():
+        th.testing.assert_close(model.actor(obs, deterministic=True), seen[1])  # the chosen fit's weights are back
+    venv.close()
+
+
+def test_one_clone_fit_runs_no_validation(tmp_path):
+    cfg, venv, model, rows = _model_with_demos(tmp_path)
+    standardize_inputs(model)
+    stats = select_clone(model, 50, std=0.3, fits=1, validate=lambda: pytest.fail("one fit needs no rollouts"))
+    assert stats["bc_steps"] == 50 and "clone_fits" not in stats
+    venv.close()
+
+
+def test_a_run_chooses_among_clone_fits_on_validation_rollouts(tmp_path):
+    run = train(_cfg(tmp_path, **{"demo_bc.select_fits": 2, "demo_bc.select_episodes": 2, "steps": 200}))
+    demos = json.loads((run / "demos.json").read_text())
+    assert len(demos["clone_fits"]) == 2 and demos["clone_chosen_fit"] in (0, 1)
+    assert all(0.0 <= f["success"] <= 1.0 for f in demos["clone_fits"])
 
 
 def test_cloning_needs_demos(tmp_path):

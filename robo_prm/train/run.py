@@ -36,7 +36,7 @@ from robo_prm.reward.relabel import RelabelCallback
 from robo_prm.train.algos import algo_kwargs, load_algo, load_weights, make_algo
 from robo_prm.train.callbacks import ProgressBar, RewardLogger
 from robo_prm.train.curriculum import DONE, CurriculumCallback
-from robo_prm.train.bc import DemoBCCallback, clone_actor, standardize_inputs
+from robo_prm.train.bc import DemoBCCallback, select_clone, standardize_inputs
 from robo_prm.train.demos import collect_demos
 from robo_prm.train.checkpoints import (MODEL, CheckpointEvery, clean_stale, latest_checkpoint, load_replay_buffer, read_state,
                                         save_checkpoint, set_rng_state)
@@ -107,6 +107,18 @@ class EvalEvery(BaseCallback):
 def eval_seeds(cfg: TrainConfig) -> range:
     """Evaluation seeds: 10,000 above the run's seed, away from the seeds the training envs start from."""
     return range(10_000 + cfg.seed, 10_000 + cfg.seed + cfg.eval.episodes)
+
+
+def validation_seeds(cfg: TrainConfig) -> range:
+    """Seeds the clone fits are chosen on (`demo_bc.select_fits`): 50,000 + 100 × the run's seed on, away from the
+    training, evaluation (10,000 on) and benchmark (30,000 on) seeds."""
+    start = 50_000 + 100 * cfg.seed
+    return range(start, start + cfg.demo_bc.select_episodes)
+
+
+def validation_success(model, task, cfg: TrainConfig) -> float:
+    """The model's deterministic success rate on the validation seeds (no judge: the task's own success check)."""
+    return summarize(run_episodes(TrainedPolicy(model, goal_view(cfg, task)), task, cfg, validation_seeds(cfg)))["success_rate"]
 
 
 def run_name(cfg: TrainConfig, task_name: str) -> str:
@@ -218,7 +230,7 @@ def train(cfg: TrainConfig, callbacks: tuple[BaseCallback, ...] = ()) -> Path:
     (run_dir / "config.yaml").write_text(config_to_yaml(cfg))
     model = make_algo(cfg, venv, run_dir)
     if cfg.demos:
-        add_demos(model, venv, cfg, run_dir)
+        add_demos(model, venv, cfg, run_dir, task)
     return _learn(model, cfg, task, venv, run_dir, run, extra=callbacks)
 
 
@@ -234,9 +246,10 @@ def check_task_aids(cfg: TrainConfig, task) -> None:
             raise ConfigError(str(exc).split(" (movable")[0]) from None
 
 
-def add_demos(model, venv, cfg: TrainConfig, run_dir: Path) -> dict:
+def add_demos(model, venv, cfg: TrainConfig, run_dir: Path, task) -> dict:
     """The scripted plan's `cfg.demos` episodes through the training envs and reward, from the real starts, into the
-    model's demo store (train/demos.py); their success and length go to run_dir/demos.json."""
+    model's demo store (train/demos.py); their success and length (and each clone fit's validation success) go to
+    run_dir/demos.json."""
     if cfg.curriculum.enabled:
         venv.env_method("set_curriculum_width", DONE)  # demos start where the task starts
     t0 = time.time()
@@ -244,7 +257,8 @@ def add_demos(model, venv, cfg: TrainConfig, run_dir: Path) -> dict:
     model.replay_buffer.add_demos(rows)
     if cfg.demo_bc.enabled:
         standardize_inputs(model)
-        stats.update(clone_actor(model, cfg.demo_bc.pretrain_steps, cfg.demo_bc.std))
+        stats.update(select_clone(model, cfg.demo_bc.pretrain_steps, cfg.demo_bc.std, cfg.demo_bc.select_fits,
+                                  lambda: validation_success(model, task, cfg), seed=cfg.seed))
         if cfg.demo_bc.keep_clone:
             model.policy.keep_clone()
         if cfg.demo_bc.residual > 0:
