@@ -20,6 +20,8 @@ The commands, demo/curriculum/judge statistics and episode counts go beside it t
 
 Variants (docs/LEARNING.md):
   shipped           `robo-prm train --task T` as shipped: the task's train config, no aid switched on or off
+  shipped_no_safety the same without the safety term (`--reward.safety_weight 0`)
+  shipped_successful_demos  the same with only the expert's successful episodes as demos (`--demos_successful_only true`)
   sparse            SAC on the sparse env reward (`--reward_source env`)
   her               SAC + HerReplayBuffer on the sparse reward, goal-conditioned view (`--reward_source her`)
   dense             the task's hand-written dense reward (`--reward_source dense`)
@@ -63,6 +65,8 @@ DEMOS_BC = ["--demos", "50", "--demo_bc.pretrain_steps", "5000",  # + the clone,
 # every variant states its aids, so a variant means the same on every task whatever its train config ships
 VARIANTS = {
     "shipped": [],  # the task's train config as shipped, nothing overridden (issue 15's "defaults that work")
+    "shipped_no_safety": ["--reward.safety_weight", "0"],  # the same without the safety term (issue 15's safety target)
+    "shipped_successful_demos": ["--demos_successful_only", "true"],  # the same, the expert's failed episodes left out
     "sparse": ["--reward_source", "env", *NO_DEMOS],
     "her": ["--reward_source", "her", *NO_DEMOS],
     "dense": ["--reward_source", "dense", *NO_DEMOS],

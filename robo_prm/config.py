@@ -112,6 +112,8 @@ class TrainConfig:
                                                     "round(updates_per_step × n_envs) per vector step (sac.gradient_steps wins)")
     demos: int = opt(0, min=0, help="SAC: run the task's `expert:` plan for N episodes through the training envs and reward "
                                     "before learning and keep them in a demo buffer that is never overwritten")
+    demos_successful_only: bool = opt(False, "keep only the expert's successful episodes, until `demos` of them (at "
+                                             "most 2 × demos run): the demo store and the clone see no failed retries")
     demo_ratio: float | None = opt(0.25, min=0.0, max=1.0, help="share of every SAC batch drawn from the demos (null: in "
                                                                 "proportion to their count, as if kept in the replay buffer)")
     demo_bc: DemoBCConfig = opt(factory=DemoBCConfig, help="behaviour cloning from the demos")

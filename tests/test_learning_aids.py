@@ -119,6 +119,42 @@ def test_demos_go_through_the_training_reward(tmp_path, async_):
         np.testing.assert_allclose(rewards, [r[3] for r in sync_rows], rtol=1e-5, atol=1e-6)
 
 
+class _ScriptedOutcomesVecEnv:
+    """One env whose expert episodes last 3 steps and succeed where `succeeds(episode)` says."""
+    num_envs = 1
+
+    def __init__(self, succeeds=lambda episode: episode % 2 == 1):
+        self.t, self.episode, self.succeeds = 0, 0, succeeds
+
+    def reset(self):
+        return np.zeros((1, 2), np.float32)
+
+    def env_method(self, name):
+        assert name == "expert_action"
+        return [np.zeros(2, np.float32)]
+
+    def step(self, actions):
+        self.t += 1
+        done = self.t % 3 == 0
+        info = {"is_success": done and self.succeeds(self.episode)}
+        if done:
+            info["terminal_observation"] = np.full(2, self.episode, np.float32)
+            self.episode += 1
+        return np.zeros((1, 2), np.float32), np.zeros(1, np.float32), np.array([done]), [info]
+
+
+def test_only_successful_demos_are_kept_when_asked():
+    from robo_prm.train.demos import collect_demos
+
+    rows, stats = collect_demos(_ScriptedOutcomesVecEnv(), 2, successful_only=True)
+    assert stats["demo_episodes"] == 2 and stats["demo_episodes_run"] == 4 and stats["demo_successes"] == 2
+    assert len(rows) == 6 and [r[1][0] for r in rows if r[4]] == [1.0, 3.0]  # the 2nd and 4th episodes
+    rows, stats = collect_demos(_ScriptedOutcomesVecEnv(), 2)  # by default every episode is kept
+    assert stats["demo_episodes"] == 2 and stats["demo_successes"] == 1 and len(rows) == 6
+    rows, stats = collect_demos(_ScriptedOutcomesVecEnv(lambda episode: episode == 0), 3, successful_only=True)
+    assert stats["demo_episodes_run"] == 6 and stats["demo_episodes"] == 1 and len(rows) == 3  # at most 2 × asked run
+
+
 def test_sac_trains_with_demos_in_its_buffer(tmp_path):
     run = train(_cfg(tmp_path, demos=3, demo_ratio=0.5))
     demos = json.loads((run / "demos.json").read_text())

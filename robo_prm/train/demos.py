@@ -114,9 +114,11 @@ def _blend(venv):
     return None
 
 
-def collect_demos(venv, episodes: int) -> tuple[list[tuple], dict]:
+def collect_demos(venv, episodes: int, successful_only: bool = False) -> tuple[list[tuple], dict]:
     """`episodes` whole expert episodes through the training VecEnv (its envs wrapped in ExpertHook) →
-    (rows, stats). Rows of episodes still running when the count is reached are dropped."""
+    (rows, stats). Rows of episodes still running when the count is reached are dropped. `successful_only`: only
+    episodes that end in success are kept, until `episodes` of them (at most 2 × `episodes` are run) — a failed
+    expert episode is mostly retries the expert itself got wrong."""
     blend = _blend(venv)
     finals: dict[int, np.ndarray] = {}
     listen = None
@@ -125,20 +127,24 @@ def collect_demos(venv, episodes: int) -> tuple[list[tuple], dict]:
         blend.asynchronous.listeners.append(listen)
     rows: list[tuple] = []
     running: list[list[tuple]] = [[] for _ in range(venv.num_envs)]
-    wins, lengths = 0, []
+    wins, lengths, kept = 0, [], 0
+    tries = 2 * episodes if successful_only else episodes
     obs = venv.reset()
     try:
-        while len(lengths) < episodes:
+        while kept < episodes and len(lengths) < tries:
             actions = np.stack(venv.env_method("expert_action"))
             new_obs, rewards, dones, infos = venv.step(actions)
             for i in range(venv.num_envs):
                 next_obs = infos[i]["terminal_observation"] if dones[i] else new_obs[i]
                 running[i].append((obs[i].copy(), np.asarray(next_obs).copy(), actions[i], float(rewards[i]), bool(dones[i]),
                                    {k: infos[i][k] for k in ("TimeLimit.truncated", "reward_step", "reward_pending") if k in infos[i]}, i))
-                if dones[i] and len(lengths) < episodes:
-                    rows += running[i]
+                if dones[i] and kept < episodes and len(lengths) < tries:
+                    success = bool(infos[i].get("is_success", False))
                     lengths.append(len(running[i]))
-                    wins += bool(infos[i].get("is_success", False))
+                    wins += success
+                    if success or not successful_only:
+                        rows += running[i]
+                        kept += 1
                 if dones[i]:
                     running[i] = []
             obs = new_obs
@@ -148,8 +154,8 @@ def collect_demos(venv, episodes: int) -> tuple[list[tuple], dict]:
         if listen is not None:
             blend.asynchronous.listeners.remove(listen)
     rows = [_final(row, finals) for row in rows]
-    return rows, {"demo_episodes": len(lengths), "demo_successes": wins, "demo_transitions": len(rows),
-                  "demo_mean_length": float(np.mean(lengths)) if lengths else 0.0}
+    return rows, {"demo_episodes": kept, "demo_episodes_run": len(lengths), "demo_successes": wins,
+                  "demo_transitions": len(rows), "demo_mean_length": float(np.mean(lengths)) if lengths else 0.0}
 
 
 def _final(row: tuple, finals: dict[int, np.ndarray]) -> tuple:

@@ -253,7 +253,7 @@ def add_demos(model, venv, cfg: TrainConfig, run_dir: Path, task) -> dict:
     if cfg.curriculum.enabled:
         venv.env_method("set_curriculum_width", DONE)  # demos start where the task starts
     t0 = time.time()
-    rows, stats = collect_demos(venv, cfg.demos)
+    rows, stats = collect_demos(venv, cfg.demos, cfg.demos_successful_only)
     model.replay_buffer.add_demos(rows)
     if cfg.demo_bc.enabled:
         standardize_inputs(model)
