@@ -59,7 +59,10 @@ def test_every_variant_is_a_valid_train_command(bench):
         train_config_from_args(args, extra).check_combination()
     assert set(bench.DEFAULT_VARIANTS) <= set(bench.VARIANTS)
     # a variant means the same on every task: each says whether it has demos, whatever a train config ships —
-    # except `shipped`, which is the train config as it ships (the "defaults that work" runs), and says nothing
+    # except `shipped`, which is the train config as it ships (the "defaults that work" runs), and says nothing,
+    # and its `shipped_*` variations, which change one thing of it and leave the demos as shipped
     assert bench.VARIANTS["shipped"] == []
+    assert all(len(flags) == 2 and flags[0] not in ("--demos", "--demo_bc.pretrain_steps")
+               for name, flags in bench.VARIANTS.items() if name.startswith("shipped_"))
     assert all("--demos" in flags and "--demo_bc.pretrain_steps" in flags
-               for name, flags in bench.VARIANTS.items() if name != "shipped")
+               for name, flags in bench.VARIANTS.items() if not name.startswith("shipped"))
