@@ -87,6 +87,11 @@ def test_the_reason_guard_keeps_what_agrees_and_drops_made_up_distances_and_loop
     assert drop_contradictions("The gripper is open, 5 cm from the hammer.", HAMMER_FACTS, HAMMER_TEXT) == (
         "The gripper is open, 5 cm from the hammer.", 0)
     assert drop_contradictions("The gripper is open, 15 cm from the hammer.", HAMMER_FACTS, HAMMER_TEXT) == (None, 1)
+    # an echo of the sentence before (a tidy_table replay reason, 2026-12-06) goes; a sentence that says more stays
+    echo = "The scene ends with no more milestones reached. no more milestones reached."
+    assert drop_contradictions(echo, (), "") == ("The scene ends with no more milestones reached.", 1)
+    more = "The scene ends with no more milestones reached. No more milestones reached than before the grasp."
+    assert drop_contradictions(more, (), "") == (more, 0)
 
 
 # ---- fallback policies ----------------------------------------------------------------------------

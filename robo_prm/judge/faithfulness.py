@@ -198,14 +198,25 @@ def _grounded_numbers(sent: str, text: str) -> bool:
     return all(float(v) in said for v in re.findall(_CM, sent.lower()))
 
 
+def _words(sent: str) -> list[str]:
+    return re.sub(r"[^a-z0-9 ]+", " ", sent.lower()).split()
+
+
 def _opening(sent: str, words: int = 4) -> str:
-    return " ".join(re.sub(r"[^a-z0-9 ]+", " ", sent.lower()).split()[:words])
+    return " ".join(_words(sent)[:words])
+
+
+def _said_before(sent: str, kept: Sequence[str]) -> bool:
+    """The sentence opens with the same four words as one kept before it, or all its words are a run inside one
+    (an echo: "… with no more milestones reached. no more milestones reached.")."""
+    words = " ".join(_words(sent))
+    return any(_opening(sent) == _opening(k) or f" {words} " in f" {' '.join(_words(k))} " for k in kept)
 
 
 def drop_contradictions(reason: str | None, facts: Sequence[str], text: str = "") -> tuple[str | None, int]:
     """The reason without the sentences that contradict the scene (a small model's greedy reason can say "15 cm"
-    where the scene says 5), that state a distance the scene text does not, or that open with the same four words
-    as a sentence kept before them (a greedy loop: "The previous milestone was 20 cm. … was 40 cm."):
+    where the scene says 5), that state a distance the scene text does not, or that say again what a sentence kept
+    before them said (a greedy loop: "The previous milestone was 20 cm. … was 40 cm."; `_said_before`):
     (what is left or None, sentences dropped). The judge shows only what is left; the raw model's faithfulness is
     measured before this (benchmarks/judge_any_task.py)."""
     if not reason:
@@ -214,7 +225,7 @@ def drop_contradictions(reason: str | None, facts: Sequence[str], text: str = ""
     kept: list[str] = []
     for sent in sentences(reason):
         agrees = all(_agrees(k, v, scene) for k, v in reason_claims(sent, scene))
-        if agrees and _grounded_numbers(sent, text) and _opening(sent) not in {_opening(k) for k in kept}:
+        if agrees and _grounded_numbers(sent, text) and not _said_before(sent, kept):
             kept.append(sent)
     return (" ".join(kept) or None), len(sentences(reason)) - len(kept)
 
