@@ -39,6 +39,7 @@ Variants (docs/LEARNING.md):
   llm_no_novelty    the default without the count-based novelty term (`--reward.novelty none`)
   llm_async         the default with the judge off the step path (`--reward.async true`; issue 16's sync vs async)
   llm_async_any     the same, SAC also trained on rows still waiting for their judgement (`--reward.async_sample any`)
+  shipped_pixels    the shipped config with scene texts from the rendered frame alone (issue 18, as a user runs it)
   llm_pixels        the default with scene texts from the rendered frame alone (`--describe.source pixels`; issue 18)
   clip              the blend with the frame's CLIP similarity to the goal in the LLM's place (VLM-RM, `--reward_source clip`)
   rules_demos, rules_curriculum, dense_demos, sparse_demos   the aids on the cheaper rewards
@@ -67,6 +68,7 @@ VARIANTS = {
     "shipped": [],  # the task's train config as shipped, nothing overridden (issue 15's "defaults that work")
     "shipped_no_safety": ["--reward.safety_weight", "0"],  # the same without the safety term (issue 15's safety target)
     "shipped_successful_demos": ["--demos_successful_only", "true"],  # the same, the expert's failed episodes left out
+    "shipped_pixels": ["--describe.source", "pixels"],  # the same, the judge reading scene texts from the frame (issue 18)
     "sparse": ["--reward_source", "env", *NO_DEMOS],
     "her": ["--reward_source", "her", *NO_DEMOS],
     "dense": ["--reward_source", "dense", *NO_DEMOS],

@@ -156,3 +156,51 @@ def test_transformers_batches_with_the_prefix_cache_equal_whole_prompts_one_at_a
             q = np.exp(row - row.max())
             _, yes, no = hz[name]
             assert s.hazards[name] == pytest.approx(q[yes].sum() / (q[yes].sum() + q[no].sum()), abs=1e-6)
+
+
+COPY_SCENE = ("The gripper is closed around the hammer. The hammer is held 20 cm above the table. It is over the green "
+              "tray. The glass cup stands in the middle of the table. Milestones reached: 1 of 5.")
+
+
+def _whole(logits_after, row, conts):
+    """Each continuation's token log-probabilities, every prefix of it evaluated whole and alone."""
+    from robo_prm.judge.copy_reason import log_softmax
+
+    return [[log_softmax(logits_after(row + c[:j]))[c[j]] for j in range(len(c))] for c in conts]
+
+
+def test_llamacpp_copied_reasons_score_every_sentence_as_whole_prompts_do(f32_gguf):
+    """reason_mode copy: the sentences' log-probabilities from multi-sequence batches (and one token at a time)
+    equal those of each prompt evaluated whole; the reason is made of the scene's sentences."""
+    from robo_prm.judge.copy_reason import reason_units
+
+    task = load_task("push_tool_from_edge").text
+    one, many = _pair(f32_gguf)
+    tt = many._task(task)
+    row = tt.prefix + many.tokenize("The hammer lies 5 cm from the front edge of the table. Score: 3\nReason:")
+    conts = [many.tokenize(" " + u) for u in reason_units(COPY_SCENE)]
+    want = _whole(lambda r: one._eval(one._task(task), r), row, conts)
+    for backend in (one, many):
+        got = backend._continuations(backend._task(task), row, backend._eval(backend._task(task), row), conts)
+        assert [len(g) for g in got] == [len(c) for c in conts]
+        np.testing.assert_allclose(np.concatenate(got), np.concatenate(want), atol=5e-3)  # nats; a misread token is off by many
+    [s] = many.score(task, [SceneDescription(COPY_SCENE, ())], [], explain=True)
+    units = reason_units(COPY_SCENE)
+    assert "The hammer is over the green tray." in units
+    picked = [u for u in units if u in s.reason]
+    assert len(picked) == 2 and " ".join(picked) == s.reason.strip()
+
+
+def test_transformers_copied_reasons_score_every_sentence_as_whole_prompts_do(tiny_llama):
+    from robo_prm.judge.copy_reason import reason_units
+
+    task = load_task("push_tool_from_edge").text
+    b = make_judge(JudgeConfig(backend="transformers", model=tiny_llama[0], confidence_threshold=0.0,
+                               cache_size=0)).backend
+    _, prefix, tail, _, _ = b._task(task)
+    row = prefix + b.tokenize("The hammer lies 5 cm from the front edge.") + tail
+    conts = [b.tokenize(" " + u) for u in reason_units(COPY_SCENE)]
+    want = _whole(lambda r: b.last_logits([r])[0], row, conts)
+    np.testing.assert_allclose(np.concatenate(b._continuations(row, conts)), np.concatenate(want), atol=1e-5)
+    [s] = b.score(task, [SceneDescription(COPY_SCENE, ())], [], explain=True)
+    assert sum(u in s.reason for u in reason_units(COPY_SCENE)) == 2

@@ -83,6 +83,10 @@ class JudgeConfig:
     hazard_reader: str | None = opt(None, "hazard_answerer reader: its folder (null: the shipped robo_prm/models/hazard_reader)")
     cache_size: int = opt(20_000, "raw model answers kept per (task, scene text); 0 disables")
     reason_tokens: int = opt(40, "max tokens of the reason, generated only when explain=True")
+    reason_mode: Literal["copy", "free"] = opt(
+        "copy", "local backends (llamacpp, transformers): copy (the reason is 1–2 of the scene's own sentences, the "
+                "model choosing which: robo_prm/judge/copy_reason.py) or free (greedy text, kept to the scene by "
+                "reason_guard); a remote judge (openai) always writes freely")
     reason_guard: bool = opt(True, "drop a reason's sentences whose distance, relation or state claims contradict the "
                                    "scene, that state a distance the scene text does not, or that repeat an earlier "
                                    "sentence's opening words")

@@ -13,7 +13,9 @@ distance to an edge), from its text. A reason's claims are read sentence by sent
 A claim agrees when the scene states the same value for the same thing. A claim about something the scene
 does not state (the gripper's distance to an object that is not the nearest) does not agree: the reason
 then says more than the judge was shown. `reason_faithfulness` is the share of reasons all of whose claims
-agree (a reason with no claim agrees), with the number of reasons that repeat a sentence.
+agree (a reason with no claim agrees), with the number of reasons that repeat a sentence, and the share of
+`grounded` reasons: every sentence one of the scene's own or a claim that agrees (a sentence that claims nothing the
+patterns read — "The glass cup has reached the end of the scene." — is not grounded).
 """
 from __future__ import annotations
 
@@ -90,6 +92,7 @@ def scene_claims(facts: Sequence[str], text: str = "") -> SceneClaims:
             v[(w, "moving")] = True
     for w in objects:
         v.setdefault((w, "moving"), False)
+        v[(w, "present")] = True
         if re.search(re.escape(w) + r" stands\b", text):
             v.setdefault((w, "upright"), True)
     return SceneClaims(v, tuple(dict.fromkeys(objects)), tuple(dict.fromkeys(places)))
@@ -158,6 +161,8 @@ def reason_claims(reason: str, scene: SceneClaims) -> list[tuple[tuple, object]]
                 out.append(((w, "upright"), not _neg_before(sent, m)))
             if m := re.search(r"\bmoving fast\b|\bsliding\b", sent):
                 out.append(((w, "moving"), not _neg_before(sent, m)))
+            if re.search(r"\b(?:(?:no longer|not) (?:in|part of) the scene|(?:has )?(?:disappeared|vanished|gone)\b|missing)", sent):
+                out.append(((w, "present"), False))  # every object the scene names is in it (fallen off included)
     return out
 
 
@@ -177,8 +182,27 @@ def _agrees(key: tuple, value: object, scene: SceneClaims) -> bool:
     return actual == value
 
 
+def grounded(reason: str | None, facts: Sequence[str], text: str = "") -> bool:
+    """Every sentence of the reason is one of the scene's own (copy_reason.reason_units) or makes at least one claim
+    the patterns read, all of them agreeing. Stricter than `faithful`, which a sentence that claims nothing passes
+    ("The previous scene was not started.")."""
+    from robo_prm.judge.copy_reason import reason_units
+
+    own = {_norm(u) for u in reason_units(text)}
+    scene = scene_claims(facts, text)
+    for sent in sentences(reason or ""):
+        claims = reason_claims(sent, scene)
+        if _norm(sent) not in own and not (claims and all(_agrees(k, v, scene) for k, v in claims)):
+            return False
+    return bool(sentences(reason or ""))
+
+
+def _norm(sent: str) -> str:
+    return re.sub(r"[^a-z0-9 ]+", "", sent.lower()).strip()
+
+
 def repeats_a_sentence(reason: str | None) -> bool:
-    norm = [re.sub(r"[^a-z0-9 ]+", "", s.lower()).strip() for s in sentences(reason or "")]
+    norm = [_norm(s) for s in sentences(reason or "")]
     norm = [s for s in norm if s]
     return len(norm) != len(set(norm))
 
@@ -188,7 +212,8 @@ def check_reason(reason: str | None, facts: Sequence[str], text: str = "") -> di
     scene = scene_claims(facts, text)
     claims = reason_claims(reason or "", scene)
     wrong = [(k, v, scene.values.get(k)) for k, v in claims if not _agrees(k, v, scene)]
-    return {"claims": len(claims), "wrong": wrong, "faithful": not wrong, "repeated": repeats_a_sentence(reason)}
+    return {"claims": len(claims), "wrong": wrong, "faithful": not wrong, "repeated": repeats_a_sentence(reason),
+            "grounded": grounded(reason, facts, text)}
 
 
 def _grounded_numbers(sent: str, text: str) -> bool:
@@ -234,12 +259,12 @@ def reason_faithfulness(pairs: Iterable[tuple[str | None, Sequence[str], str]]) 
     """Over (reason, scene facts, scene text) triples (reasons that are None are skipped): faithfulness (share of
     reasons whose every claim agrees with the scene; None for no reasons), reasons, claims, wrong_claims, and
     repeated (reasons with a sentence said twice)."""
-    n = faithful = claims = wrong = repeated = 0
+    n = faithful = claims = wrong = repeated = ground = 0
     for reason, facts, text in pairs:
         if reason is None:
             continue
         r = check_reason(reason, facts, text)
         n, faithful, claims = n + 1, faithful + r["faithful"], claims + r["claims"]
-        wrong, repeated = wrong + len(r["wrong"]), repeated + r["repeated"]
+        wrong, repeated, ground = wrong + len(r["wrong"]), repeated + r["repeated"], ground + r["grounded"]
     return {"faithfulness": faithful / n if n else None, "reasons": n, "claims": claims, "wrong_claims": wrong,
-            "repeated": repeated}
+            "repeated": repeated, "grounded": ground / n if n else None}

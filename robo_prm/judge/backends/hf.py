@@ -11,7 +11,8 @@ logits are those of its whole prompt alone (tested). Uses the process's torch th
 
 Bounds: no clock. A call's work is fixed by token counts: one forward pass per `batch_size` rows
 (a scene's score and each hazard asked are one row each, at most the prompt's tokens long), plus
-one `generate` of at most `reason_tokens` new tokens when `explain` is set; nothing waits on I/O.
+one `generate` of at most `reason_tokens` new tokens when `explain` is set (with `reason_mode` copy: two passes over
+the prompt and the scene's sentences instead); nothing waits on I/O.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from robo_prm.judge.base import Scored
 from robo_prm.judge.config import JudgeConfig
+from robo_prm.judge.copy_reason import copied_reason, log_softmax, reason_units
 from robo_prm.judge.prompt import build_prompt, chatml, scene_text
 from robo_prm.judge.scoring import digit_ids, digit_probs, expected_digit, yes_no_ids, yes_probability
 from robo_prm.types import SceneDescription, TaskText
@@ -145,7 +147,9 @@ class TransformersBackend:
             probs = {name: yes_probability(logits[n + i * k + j], yes, no) for j, (name, (_, yes, no)) in enumerate(asked)}
             out.append(Scored(d, mass, probs))
         if explain:
-            for s, h in zip(out, self._reasons(prompt, heads, out)):
+            reasons = (self._reasons(prompt, heads, out) if self.cfg.reason_mode == "free"
+                       else [self._copied(prompt, h, s, scene.text) for h, s, scene in zip(heads, out, scenes)])
+            for s, h in zip(out, reasons):
                 s.reason = h
         ms = (time.perf_counter() - t0) * 1e3 / max(n, 1)
         for s in out:
@@ -162,6 +166,36 @@ class TransformersBackend:
                                       do_sample=False, pad_token_id=self.pad_id)
         texts = self.tok.batch_decode(gen[:, ids.shape[1]:], skip_special_tokens=True)
         return list(texts)
+
+    def _copied(self, prompt, head: list[int], scored: Scored, scene: str) -> str:
+        """reason_mode copy: the scene's sentences likeliest after 'Reason:' (copy_reason.py)."""
+        units = reason_units(scene)
+        rows = head + self.tokenize(prompt.reason_tails[expected_digit(scored.digits)])
+        return copied_reason(units, self._continuations(rows, [self.tokenize(" " + u) for u in units])) or ""
+
+    def _continuations(self, row: list[int], conts: list[list[int]]) -> list[list[float]]:
+        """Each continuation's token log-probabilities after `row`: one forward pass over the row, one over the
+        continuations side by side on its KV cache (left-padded, as `prefixed_logits` does)."""
+        torch = self.torch
+        with torch.inference_mode():
+            first = self.model(input_ids=torch.tensor([row]), use_cache=True)
+            lsm0 = log_softmax(first.logits[0, -1].double().numpy())
+            out = [[lsm0[c[0]]] if c else [] for c in conts]
+            longer = [k for k, c in enumerate(conts) if len(c) > 1]
+            if not longer:
+                return out
+            ids, mask, pos = self._batch([conts[k][:-1] for k in longer])
+            cache = copy.deepcopy(first.past_key_values)
+            cache.batch_repeat_interleave(len(longer))
+            mask = torch.cat([torch.ones((len(longer), len(row)), dtype=mask.dtype), mask], dim=1)
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos + len(row),
+                                past_key_values=cache, use_cache=True).logits
+            lsm = torch.log_softmax(logits.double(), dim=-1).numpy()
+        for i, k in enumerate(longer):
+            c = conts[k]
+            start = ids.shape[1] - (len(c) - 1)  # left-padded: the continuation's tokens end the row
+            out[k] += [lsm[i, start + j, c[j + 1]] for j in range(len(c) - 1)]
+        return out
 
     def close(self) -> None:
         self.model = None

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -81,15 +81,18 @@ def context_params(n_seq_max: int):
         lc.llama_context_default_params = orig
 
 
-def decode_tree(llm, n_prefix: int, tree: TokenTree, n_vocab: int) -> list[np.ndarray]:
-    """Logits after each prompt of `tree` (float64), sequence 0 holding the prefix's `n_prefix` cells."""
+def decode_tree(llm, n_prefix: int, tree: TokenTree, n_vocab: int,
+                on_node: Callable[[int, np.ndarray], None] | None = None) -> list[np.ndarray]:
+    """Logits after each prompt of `tree` (float64), sequence 0 holding the prefix's `n_prefix` cells.
+    `on_node(node, logits)`: called with the logits after every node as well (a prompt's token-by-token
+    log-probabilities: the copied reasons' choice)."""
     import llama_cpp
 
     ctx = llm._ctx.ctx
     mem = llama_cpp.llama_get_memory(ctx)
     n_prompts = len(tree.ends)
     n_batch = max(1, int(llm.n_batch))
-    want = set(tree.ends)  # a node may end several prompts (equal prompts)
+    want = set(range(len(tree.tokens))) if on_node else set(tree.ends)  # a node may end several (equal) prompts
     out: list[np.ndarray | None] = [None] * n_prompts
     batch = llama_cpp.llama_batch_init(min(n_batch, len(tree.tokens)), 0, n_prompts)
     try:
@@ -111,6 +114,8 @@ def decode_tree(llm, n_prefix: int, tree: TokenTree, n_vocab: int) -> list[np.nd
             for k, node in enumerate(nodes):
                 if node in want:
                     row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, k), shape=(n_vocab,)).astype(np.float64)
+                    if on_node:
+                        on_node(node, row)
                     for i, end in enumerate(tree.ends):
                         if end == node:
                             out[i] = row

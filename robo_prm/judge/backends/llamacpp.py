@@ -33,6 +33,7 @@ import numpy as np
 from robo_prm.judge.backends.llama_batch import TokenTree, context_params, decode_tree
 from robo_prm.judge.base import Scored
 from robo_prm.judge.config import JudgeConfig
+from robo_prm.judge.copy_reason import copied_reason, log_softmax, reason_units
 from robo_prm.judge.prompt import TaskPrompt, build_prompt, chatml, jinja_renderer, scene_text
 from robo_prm.judge.scoring import digit_ids, digit_probs, expected_digit, yes_no_ids, yes_probability
 from robo_prm.types import SceneDescription, TaskText
@@ -231,7 +232,7 @@ class LlamaCppBackend:
             for name in hazards:  # each question continues from the scene's KV cells
                 tail, yes, no = tt.hazards[name]
                 probs[name] = yes_probability(self._eval(tt, head + tail), yes, no)
-            reason = self._reason(tt, head, digits) if explain else None
+            reason = self._reason(tt, head, digits, scene.text) if explain else None
             out.append(Scored(digits, mass, probs, reason, (time.perf_counter() - t0) * 1e3))
         return out
 
@@ -263,33 +264,71 @@ class LlamaCppBackend:
                 _, yes, no = tt.hazards[name]
                 probs[name] = yes_probability(next(logits), yes, no)
             out.append(Scored(digits, mass, probs))
-        for head, s in zip(heads, out):
-            s.reason = self._reason(tt, head, s.digits) if explain else None
+        for head, s, scene in zip(heads, out, scenes):
+            s.reason = self._reason(tt, head, s.digits, scene.text) if explain else None
         ms = (time.perf_counter() - t0) * 1e3 / max(len(scenes), 1)
         for s in out:
             s.latency_ms = ms
         return out
 
-    def _reason(self, tt: _TaskTokens, head: list[int], digits: np.ndarray) -> str:
-        """Greedy reason after 'Score: <expected digit>', up to reason_tokens or a newline (raw text;
-        ConfidentJudge cleans it)."""
+    def _reason(self, tt: _TaskTokens, head: list[int], digits: np.ndarray, scene: str) -> str:
+        """The reason after 'Score: <expected digit>\nReason:' (raw text; ConfidentJudge cleans it): with
+        reason_mode copy the scene's sentences the model finds likeliest there (copy_reason.py), else greedy text
+        up to reason_tokens or a newline."""
         d = expected_digit(digits)
         if d not in tt.reason_tails:
             tt.reason_tails[d] = self.tokenize(tt.prompt.reason_tails[d])
         tokens = head + tt.reason_tails[d]
         logits = self._eval(tt, tokens)
+        if self.cfg.reason_mode == "copy":
+            units = reason_units(scene)
+            conts = [self.tokenize(" " + u) for u in units]
+            return copied_reason(units, self._continuations(tt, tokens, logits, conts)) or ""
         pieces: list[int] = []
-        for _ in range(self.cfg.reason_tokens):
+        for _ in range(min(self.cfg.reason_tokens, self.cfg.n_ctx - len(tokens) - 1)):
             tok = int(np.argmax(logits))
             if tok == self._eos or self._is_eog(tok):
                 break
             text = self.llm.detokenize(pieces + [tok]).decode("utf-8", errors="ignore")
-            if "\n" in text.lstrip() or len(tokens) + len(pieces) + 1 >= self.cfg.n_ctx:
+            if "\n" in text.lstrip():
                 break
             pieces.append(tok)
             self.llm.eval([tok])
             logits = self._logits()
         return self.llm.detokenize(pieces).decode("utf-8", errors="ignore")
+
+    def _continuations(self, tt: _TaskTokens, tokens: list[int], logits: np.ndarray,
+                       conts: list[list[int]]) -> list[list[float]]:
+        """Each continuation's token log-probabilities after `tokens` (whose next-token `logits` are given and
+        which the context holds): side by side in multi-sequence batches, else one token at a time."""
+        conts = [c[:max(0, self.cfg.n_ctx - len(tokens) - 1)] for c in conts]
+        first = log_softmax(logits)
+        out = [[first[c[0]]] if c else [] for c in conts]
+        if self._batch_seqs <= 1:
+            for c, lp in zip(conts, out):
+                for i in range(1, len(c)):
+                    lp.append(log_softmax(self._eval(tt, tokens + c[:i]))[c[i]])
+            return out
+        import llama_cpp
+
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.llm._ctx.ctx), -1, len(tokens), -1)
+        longer = [k for k, c in enumerate(conts) if len(c) > 1]
+        for i in range(0, len(longer), self._batch_seqs):
+            part = longer[i:i + self._batch_seqs]
+            tree = TokenTree.build([conts[k][:-1] for k in part])
+            nxt: dict[int, list[tuple[int, int]]] = {}  # node → (continuation, the token that follows it there)
+            for s, k in enumerate(part, start=1):
+                path = sorted((n for n in range(len(tree.tokens)) if s in tree.seqs[n]), key=tree.depth.__getitem__)
+                for node, tok in zip(path, conts[k][1:]):
+                    nxt.setdefault(node, []).append((k, tok))
+
+            def read(node: int, row: np.ndarray) -> None:
+                lsm = log_softmax(row)
+                for k, tok in nxt.get(node, ()):
+                    out[k].append(lsm[tok])
+
+            decode_tree(self.llm, len(tokens), tree, self._n_vocab, on_node=read)
+        return out
 
     def _is_eog(self, tok: int) -> bool:
         import llama_cpp
