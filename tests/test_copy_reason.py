@@ -40,3 +40,20 @@ def test_an_object_said_to_have_left_the_scene_contradicts_it():
     pooled = reason_faithfulness([("The hammer has disappeared.", FACTS, SCENE),
                                   ("The hammer is over the green tray.", FACTS, SCENE)])
     assert pooled["faithfulness"] == 0.5 and pooled["grounded"] == 0.5
+
+
+def test_the_guard_keeps_copied_sentences_that_open_alike_and_drops_a_repeat():
+    from robo_prm.judge.faithfulness import drop_contradictions
+
+    two = "The hammer is held 10 cm above the table. The hammer is over the green tray."
+    assert drop_contradictions(two, FACTS, SCENE) == (two, 0)  # the scene's own: not an echo of each other
+    assert drop_contradictions(two + " The hammer is over the green tray.", FACTS, SCENE) == (two, 1)
+    free = "The hammer is far away. The hammer is far away now."  # free text: the echo rule still applies
+    assert drop_contradictions(free, FACTS, SCENE)[1] == 1
+
+
+def test_a_held_objects_edge_distance_is_read_from_the_scene():
+    text = "The gripper is closed around the hammer. The hammer is held 15 cm above the table, 5 cm from the front edge."
+    facts = ("gripper_closed", "grasped(hammer)", "over_edge(hammer, front)")
+    assert check_reason("The hammer is 5 cm from the front edge.", facts, text)["faithful"]
+    assert not check_reason("The hammer is 20 cm from the front edge.", facts, text)["faithful"]

@@ -86,6 +86,9 @@ def scene_claims(facts: Sequence[str], text: str = "") -> SceneClaims:
                 v[("gripper", "open")] = False
         elif name == "over_edge":  # a held / lifted object near an edge: after its grasped / lifted fact
             v[(w, "near_edge")] = True
+            b = re.search(re.escape(w) + r" (?:is held|is in the air)[^.]*?(?:(\d+ cm) from|at the very) (?:the )?\w* ?edge",
+                          text)
+            v[(w, "edge_bucket")] = (b.group(1) or "touching") if b else None
         elif name == "tipped":
             v[(w, "upright")] = False
         elif name == "moving":
@@ -242,13 +245,21 @@ def drop_contradictions(reason: str | None, facts: Sequence[str], text: str = ""
     """The reason without the sentences that contradict the scene (a small model's greedy reason can say "15 cm"
     where the scene says 5), that state a distance the scene text does not, or that say again what a sentence kept
     before them said (a greedy loop: "The previous milestone was 20 cm. … was 40 cm."; `_said_before`):
-    (what is left or None, sentences dropped). The judge shows only what is left; the raw model's faithfulness is
-    measured before this (benchmarks/judge_any_task.py)."""
+    (what is left or None, sentences dropped). A sentence that is one of the scene's own (a copied reason,
+    `judge.reason_mode copy`) is kept unless it came already. The judge shows only what is left; the raw model's
+    faithfulness is measured before this (benchmarks/judge_any_task.py)."""
     if not reason:
         return reason, 0
+    from robo_prm.judge.copy_reason import reason_units
+
     scene = scene_claims(facts, text)
+    own = {_norm(u) for u in reason_units(text)}  # a copied sentence (reason_mode copy) goes unless said twice
     kept: list[str] = []
     for sent in sentences(reason):
+        if _norm(sent) in own:
+            if all(_norm(sent) != _norm(k) for k in kept):
+                kept.append(sent)
+            continue
         agrees = all(_agrees(k, v, scene) for k, v in reason_claims(sent, scene))
         if agrees and _grounded_numbers(sent, text) and not _said_before(sent, kept):
             kept.append(sent)
