@@ -2,15 +2,15 @@
 
 The bundled 135M judge writes free reasons that read well on scenes like its labels' and drift on others: over
 whole tidy_table episodes it said "The glass cup has reached the end of the scene", "The previous scene was not
-started" and "The hammer is no longer in the scene" while the gripper held it (docs/BENCHMARKS.md, "Reasons over
-whole episodes"). Its fine-tuning targets were the scene's own sentences that drive the score
+started" and "The hammer is no longer in the scene" while the gripper held it (docs/BENCHMARKS.md, "Session 22:
+reasons copied from the scene"). Its fine-tuning targets were the scene's own sentences that drive the score
 (`finetune.labels.reason_target`), so here it may only copy: every sentence of the scene is scored as the reason's
 continuation after "Score: d\\nReason:" (the mean log-probability of its tokens), and the `k` best, in the scene's
 order, are the reason. Every claim is then one the scene makes and no sentence comes twice; the model still chooses
 which — the gripper's, the milestone line, the object it works on.
 
 Greedy decoding held to the scene's sentences was tried first and is worse: its first content token decides, and
-the small model's next-token favourite after "The" was the glass cup in 40 of 60 tidy_table scenes
+the small model's next-token favourite after "The" was the glass cup in 54 of 60 tidy_table scenes
 ("The glass cup stands in the middle of the table." whatever the arm did).
 
 A sentence that opens with "It" is given its subject ("It is over the green tray." after "The hammer is held 20 cm

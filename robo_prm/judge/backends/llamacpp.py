@@ -304,7 +304,7 @@ class LlamaCppBackend:
         conts = [c[:max(0, self.cfg.n_ctx - len(tokens) - 1)] for c in conts]
         first = log_softmax(logits)
         out = [[first[c[0]]] if c else [] for c in conts]
-        if self._batch_seqs <= 1:
+        if self._batch_seqs <= 1 or len(tokens) + sum(map(len, conts)) >= self.cfg.n_ctx:  # side by side: one cell each
             for c, lp in zip(conts, out):
                 for i in range(1, len(c)):
                     lp.append(log_softmax(self._eval(tt, tokens + c[:i]))[c[i]])
