@@ -2,9 +2,24 @@
 at interpreter exit print errors)."""
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 
 import robo_prm
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """benchmarks/<name>.py as a module (the benchmarks are scripts, not a package)."""
+    def load(name: str):
+        path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"{name}_bench", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    return load
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,19 +1,11 @@
 """benchmarks/hazard_words.py's rewording: a hazard re-worded from a wording set takes the file's own names."""
-import importlib.util
 import random
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("hazard_words_bench", ROOT / "benchmarks" / "hazard_words.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_rewording_fills_the_files_names(tmp_path):
+def test_rewording_fills_the_files_names(tmp_path, load_benchmark):
     task = tmp_path / "t.yaml"
     task.write_text(
         "hazards:\n"
@@ -23,7 +15,7 @@ def test_rewording_fills_the_files_names(tmp_path):
         "objects: {tool0: club hammer, table: counter, front_edge: near side}\n")
     bank = {"named_edge": ["the {obj} is by the {edge} of the {table}"], "fell": ["{obj} on the floor"],
             "tipped": ["the {obj} tipped"]}
-    out = _bench().reworded(str(task), bank, random.Random(0))
+    out = load_benchmark("hazard_words").reworded(str(task), bank, random.Random(0))
     assert out == {"named_edge": "the club hammer is by the near side of the counter", "fell": "club hammer on the floor"}
 
 

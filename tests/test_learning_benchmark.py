@@ -1,19 +1,11 @@
 """benchmarks/learning.py's bookkeeping: steps to 80 %, append-as-you-go, the plot (no training here)."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("learning_bench", ROOT / "benchmarks" / "learning.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def bench(load_benchmark):
+    return load_benchmark("learning")
 
 
 def _row(variant, seed, curve, budget=3000):

@@ -1,18 +1,6 @@
 """benchmarks/judge_reasons.py over whole episodes: every K-th step judged, `stale` counts a reason kept while the
 scene text changed, `distinct` the different reasons."""
-import importlib.util
-from pathlib import Path
-
 from robo_prm.types import Judgement
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("judge_reasons_bench", ROOT / "benchmarks" / "judge_reasons.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class _Judge:
@@ -25,8 +13,8 @@ class _Judge:
         return [Judgement(progress=0.5, confidence=1.0, reason=self.say(s.text)) for s in scenes]
 
 
-def test_whole_episodes_counts_stale_and_distinct_reasons():
-    bench = _bench()
+def test_whole_episodes_counts_stale_and_distinct_reasons(load_benchmark):
+    bench = load_benchmark("judge_reasons")
     same = _Judge(lambda text: "The task is not finished.")
     name, triples, fig = bench.whole_episodes(same, "reach_tool", episodes=1, seed=0, every=5)
     changed = sum(a != b for a, b in zip(same.seen, same.seen[1:]))
