@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+
 @pytest.fixture(scope="module")
 def bench(load_benchmark):
     return load_benchmark("learning")
