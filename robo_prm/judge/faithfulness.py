@@ -86,8 +86,8 @@ def scene_claims(facts: Sequence[str], text: str = "") -> SceneClaims:
                 v[("gripper", "open")] = False
         elif name == "over_edge":  # a held / lifted object near an edge: after its grasped / lifted fact
             v[(w, "near_edge")] = True
-            b = re.search(re.escape(w) + r" (?:is held|is in the air)[^.]*?(?:(\d+ cm) from|at the very) (?:the )?\w* ?edge",
-                          text)
+            b = re.search(re.escape(w) + r" (?:is held|is in the air)[^.]*?"
+                                         r"(?:(\d+ cm) from|at the very) (?:the )?\w* ?edge", text)
             v[(w, "edge_bucket")] = (b.group(1) or "touching") if b else None
         elif name == "tipped":
             v[(w, "upright")] = False
@@ -164,7 +164,7 @@ def reason_claims(reason: str, scene: SceneClaims) -> list[tuple[tuple, object]]
                 out.append(((w, "upright"), not _neg_before(sent, m)))
             if m := re.search(r"\bmoving fast\b|\bsliding\b", sent):
                 out.append(((w, "moving"), not _neg_before(sent, m)))
-            if re.search(r"\b(?:(?:no longer|not) (?:in|part of) the scene|(?:has )?(?:disappeared|vanished|gone)\b|missing)", sent):
+            if re.search(r"\b(?:(?:no longer|not) (?:in|part of) the scene|(?:disappeared|vanished|gone|missing)\b)", sent):
                 out.append(((w, "present"), False))  # every object the scene names is in it (fallen off included)
     return out
 
