@@ -26,14 +26,16 @@ import numpy as np
 _SUBJECT = re.compile(r"^(the [\w\- ]+?) (?:is|lies|stands|has|rests|sits)\b", re.IGNORECASE)
 
 
+def sentences(text: str) -> list[str]:
+    """A scene's or a reason's sentences (also split at ";" and newlines)."""
+    return [s.strip() for s in re.split(r"(?<=[.!?;])\s+|\n+", text or "") if s.strip()]
+
+
 def reason_units(scene: str) -> list[str]:
     """The scene text's sentences, each able to stand alone (an "It …" sentence given the previous subject)."""
     units: list[str] = []
     subject = None
-    for sent in re.split(r"(?<=[.!?])\s+|\n+", scene.strip()):
-        sent = sent.strip()
-        if not sent:
-            continue
+    for sent in sentences(scene):
         if re.match(r"^it\b", sent, re.IGNORECASE) and subject:
             sent = subject + sent[2:]
         elif m := _SUBJECT.match(sent):

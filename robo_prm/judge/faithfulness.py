@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from robo_prm.judge.copy_reason import reason_units, sentences
+
 _FACT = re.compile(r"^(\w+)\((.*?)\)(?:\s*=\s*(.+))?$")
 _CM = r"(\d+(?:\.\d+)?)\s*(?:cm|centimet(?:er|re)s?)"
 _NOT = re.compile(r"\b(?:not|no longer|isn't|is not|never)\b")
@@ -110,10 +112,6 @@ def _words_re(words: Iterable[str]) -> str:
     return "|".join(re.escape(w) for w in sorted(set(words), key=len, reverse=True) if w) or r"(?!x)x"
 
 
-def sentences(text: str) -> list[str]:
-    return [s.strip() for s in re.split(r"(?<=[.!?;])\s+|\n+", text or "") if s.strip()]
-
-
 def reason_claims(reason: str, scene: SceneClaims) -> list[tuple[tuple, object]]:
     """(key, claimed value) for every claim the patterns find in the reason, about the scene's objects."""
     obj = _words_re(scene.objects)
@@ -189,15 +187,20 @@ def grounded(reason: str | None, facts: Sequence[str], text: str = "") -> bool:
     """Every sentence of the reason is one of the scene's own (copy_reason.reason_units) or makes at least one claim
     the patterns read, all of them agreeing. Stricter than `faithful`, which a sentence that claims nothing passes
     ("The previous scene was not started.")."""
-    from robo_prm.judge.copy_reason import reason_units
+    return _grounded(reason, scene_claims(facts, text), _own_sentences(text))
 
-    own = {_norm(u) for u in reason_units(text)}
-    scene = scene_claims(facts, text)
+
+def _grounded(reason: str | None, scene: SceneClaims, own: set[str]) -> bool:
     for sent in sentences(reason or ""):
         claims = reason_claims(sent, scene)
         if _norm(sent) not in own and not (claims and all(_agrees(k, v, scene) for k, v in claims)):
             return False
     return bool(sentences(reason or ""))
+
+
+def _own_sentences(text: str) -> set[str]:
+    """The scene's sentences as a copied reason states them (normalised)."""
+    return {_norm(u) for u in reason_units(text)}
 
 
 def _norm(sent: str) -> str:
@@ -216,7 +219,7 @@ def check_reason(reason: str | None, facts: Sequence[str], text: str = "") -> di
     claims = reason_claims(reason or "", scene)
     wrong = [(k, v, scene.values.get(k)) for k, v in claims if not _agrees(k, v, scene)]
     return {"claims": len(claims), "wrong": wrong, "faithful": not wrong, "repeated": repeats_a_sentence(reason),
-            "grounded": grounded(reason, facts, text)}
+            "grounded": _grounded(reason, scene, _own_sentences(text))}
 
 
 def _grounded_numbers(sent: str, text: str) -> bool:
@@ -250,10 +253,8 @@ def drop_contradictions(reason: str | None, facts: Sequence[str], text: str = ""
     faithfulness is measured before this (benchmarks/judge_any_task.py)."""
     if not reason:
         return reason, 0
-    from robo_prm.judge.copy_reason import reason_units
-
     scene = scene_claims(facts, text)
-    own = {_norm(u) for u in reason_units(text)}  # a copied sentence (reason_mode copy) goes unless said twice
+    own = _own_sentences(text)  # a copied sentence (reason_mode copy) goes unless said twice
     kept: list[str] = []
     for sent in sentences(reason):
         if _norm(sent) in own:
