@@ -101,6 +101,7 @@ def coca_captions(folder: str, held, slot_captions: list[str], batch: int = 64) 
     from robo_prm.perception.coca import load_coca, with_milestone_line
 
     coca = load_coca(folder)
+    held = held.with_views(["front"])  # the CoCa model reads the front camera
     t0 = time.perf_counter()
     texts = coca.caption(held.arrays["frames"], batch=batch)
     ms = 1e3 * (time.perf_counter() - t0) / len(held)
@@ -197,7 +198,7 @@ def goal_voc(bundle, tasks, episodes: int, seed0: int) -> dict:
             for k in range(episodes):
                 for kind, expert in (("expert", ScriptedExpert(env, noise=0.05, seed=seed0 + k)),
                                      ("perturbed", ScriptedExpert(env, noise=0.3, perturb=0.3, seed=seed0 + k))):
-                    ep = rollout(env, expert, seed0 + k, render=True)
+                    ep = rollout(env, expert, seed0 + k, render=cap.views)
                     frames = np.stack(ep.frames)
                     sim = goal_similarity(frames, task.spec.goal, clip)
                     prog = np.array([d.rule_progress for d in cap.describe(frames)])
@@ -225,7 +226,7 @@ def speed(bundle, task_name: str = "tidy_table", n: int = 60) -> dict:
     cap = bundle.captioner(task)
     clip = bundle.clip()
     env.reset(seed=0)
-    frame = np.ascontiguousarray(env.render())
+    frame = np.ascontiguousarray(cap.render_frame(env))
     batch = np.stack([frame] * 32)
 
     def timed(fn, reps):
@@ -237,7 +238,7 @@ def speed(bundle, task_name: str = "tidy_table", n: int = 60) -> dict:
 
     with torch.no_grad():
         out = {
-            "render_ms": timed(env.render, n),
+            "render_ms": timed(lambda: cap.render_frame(env), n),
             "embed_ms_batch1": timed(lambda: clip.encode_image(frame[None]), n),
             "embed_ms_per_frame_batch32": timed(lambda: clip.encode_image(batch), 3) / 32,
             "caption_ms_batch1": timed(lambda: cap(frame), n),
@@ -279,7 +280,7 @@ def main(argv=None) -> int:
     if args.text_model:
         bundle.text.model_name = args.text_model
     net = bundle.net
-    held = load_frames(args.data).split(heldout=True)
+    held = load_frames(args.data).split(heldout=True).with_views(net.cfg.views)  # a front-only model reads the front tile
     t0 = time.perf_counter()
     out = predict(net, held.arrays["frames"])
     texts = slot_texts(out, held, net, bundle.hazard_threshold)

@@ -61,23 +61,26 @@ class Trajectory:
 
 
 def rollout(env, policy: Policy, seed: int | None, on_step: Callable[[Step], Any] | None = None,
-            max_steps: int | None = None, render: bool = False, start: tuple[Any, dict] | None = None) -> Trajectory:
+            max_steps: int | None = None, render: bool | tuple[str, ...] = False,
+            start: tuple[Any, dict] | None = None) -> Trajectory:
     """Run one episode of `policy` on `env`.
 
-    render: keep `env.render()` of every state in `Trajectory.frames` (and `Step.frame`).
+    render: keep `env.render()` of every state in `Trajectory.frames` (and `Step.frame`); a tuple of camera view
+    names keeps those views side by side (`TidyTableEnv.render_views`).
     start: `(obs, info)` of an env the caller has already reset (and perhaps changed, as perception's
     scattered scenes are); the episode starts there instead of at `env.reset(seed=seed)`."""
     obs, info = start if start is not None else env.reset(seed=seed)
     if hasattr(policy, "reset"):
         policy.reset()
-    step = Step(0, obs, info, frame=env.render() if render else None)
+    frame = (lambda: env.unwrapped.render_views(render)) if isinstance(render, tuple) else env.render
+    step = Step(0, obs, info, frame=frame() if render else None)
     traj = Trajectory(seed, [info], frames=[step.frame] if render else None)
     stop = on_step is not None and bool(on_step(step))
     while not (stop or step.done or (max_steps is not None and step.t >= max_steps)):
         action = policy(step.obs)
         obs, reward, terminated, truncated, info = env.step(action)
         step = Step(step.t + 1, obs, info, action, float(reward), bool(terminated), bool(truncated),
-                    env.render() if render else None)
+                    frame() if render else None)
         traj.infos.append(info)
         traj.actions.append(action)
         traj.rewards.append(step.reward)

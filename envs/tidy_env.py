@@ -41,6 +41,10 @@ def load_triton_before_egl() -> None:
 
 # A fixed camera in front of the table, looking back at the robot: the front edge is nearest.
 CAMERA = {"distance": 1.05, "azimuth": 180.0, "elevation": -42.0, "lookat": np.array([1.30, 0.75, 0.42])}
+# The cameras a perception model may read (`render_views`): the front camera above, and one at the table's side,
+# which sees front-to-back distances and heights that the front camera sees end-on. (A camera looking straight
+# down was tried: the arm hides most of the table from it.)
+VIEWS = {"front": CAMERA, "side": {"distance": 0.95, "azimuth": 270.0, "elevation": -35.0, "lookat": np.array([1.30, 0.75, 0.45])}}
 REWARD_MODES = ("sparse", "dense")
 _OBJ_FEATURES = 12  # pos(3), pos - gripper(3), velocity(3), up axis(3)
 
@@ -181,6 +185,27 @@ class TidyTableEnv(MujocoFetchEnv, EzPickle):
     def _get_obs(self):
         # Called by the Fetch base class while building spaces; our own observation is _observe().
         return {"observation": np.zeros(0), "achieved_goal": np.zeros(0), "desired_goal": np.zeros(0)}
+
+    def render_views(self, views: tuple[str, ...] = ("front",)) -> np.ndarray:
+        """The frame of each named camera (`VIEWS`), side by side: (height, len(views)·width, 3) uint8. The front
+        camera alone is `render()`'s frame."""
+        unknown = [v for v in views if v not in VIEWS]
+        if unknown or not views:
+            raise ValueError(f"unknown camera view(s) {unknown or '(none)'}: known are {sorted(VIEWS)}")
+        if tuple(views) == ("front",):
+            return self.render()
+        cam = self.mujoco_renderer._get_viewer("rgb_array").cam  # gymnasium keeps one free camera per viewer
+        tiles = []
+        try:
+            for v in views:
+                cfg = VIEWS[v]
+                cam.distance, cam.azimuth, cam.elevation = cfg["distance"], cfg["azimuth"], cfg["elevation"]
+                cam.lookat[:] = cfg["lookat"]
+                tiles.append(self.render())
+        finally:
+            cam.distance, cam.azimuth, cam.elevation = CAMERA["distance"], CAMERA["azimuth"], CAMERA["elevation"]
+            cam.lookat[:] = CAMERA["lookat"]
+        return np.concatenate(tiles, axis=1)
 
     def _render_callback(self):
         pass  # no goal marker to draw

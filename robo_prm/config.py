@@ -30,6 +30,8 @@ class DescribeConfig:
 class RecordConfig:
     every_episodes: int = opt(50, min=0, help="record every n-th training episode (0: never)")
     frame_size: int = opt(224, min=16, max=2048, help="recorded frame width = height, pixels")
+    views: list[str] = opt(["front"], "camera views recorded side by side (front, side; `replay --pixel_captions` needs "
+                           "the perception model's views); a run described from pixels records the model's views")
     explain: bool = opt(True, "ask the judge for reasons on recorded episodes")
 
 

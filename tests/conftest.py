@@ -107,6 +107,20 @@ def tiny_data(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_two_view_model(tmp_path_factory, tiny_text):
+    """A perception folder reading the front and side cameras side by side: 24 48-px frames of reach_tool, 1 epoch."""
+    from robo_prm.perception.dataset import CollectConfig, collect
+    from robo_prm.perception.train import PerceptionTrainConfig, captioner_defaults, train
+
+    data = tmp_path_factory.mktemp("frames_two_view")
+    collect(CollectConfig(tasks=["reach_tool"], frames=24, size=48, views=["front", "side"], stride=2, heldout_every=3,
+                          max_steps=12, seed=2), data, progress=False)
+    cfg = captioner_defaults(PerceptionTrainConfig(data=str(data), out=str(tmp_path_factory.mktemp("two_view")),
+                                                   text_model=tiny_text, epochs=1, batch=8, hidden=32, embed_dim=16))
+    return train(cfg, progress=False, command="test")
+
+
+@pytest.fixture(scope="session")
 def tiny_text(tmp_path_factory):
     """A 1-layer BERT with a word-level vocabulary, saved like a sentence-transformers folder."""
     import torch

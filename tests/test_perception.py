@@ -21,9 +21,9 @@ from robo_prm.envs.experts import ScriptedExpert  # noqa: E402
 TASKS = ["reach_tool", "place_cup_in_bin"]
 
 
-def _one_hot_logits(enc: dict[str, int]) -> dict[str, np.ndarray]:
+def _one_hot_logits(enc: dict[str, int], carried: bool = True) -> dict[str, np.ndarray]:
     out = {}
-    for name, n in slot_sizes().items():
+    for name, n in slot_sizes(carried).items():
         v = np.zeros(n)
         if enc[name] >= 0:
             v[enc[name]] = 5.0
@@ -34,22 +34,28 @@ def _one_hot_logits(enc: dict[str, int]) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("task", ["tidy_table", "place_cup_in_bin", "push_tool_from_edge"])
 def test_slots_encode_every_caption(make_env, task):
     """State → facts → class indices → facts → text gives back the state caption, step by step of
-    a perturbed expert episode: the heads' label space can say everything the state captioner says (but a carried
-    object's edge, `expressible`)."""
+    a perturbed expert episode: the heads' label space can say everything the state captioner says; a model without
+    the carried slots' heads says all but a carried object's edge and target clauses (`expressible`)."""
     env = make_env(task)
     u = env.unwrapped
     cap = StateCaptioner(u.task)
     obs, _ = env.reset(seed=3)
     expert = ScriptedExpert(env, noise=0.2, perturb=0.2, seed=3)
-    for t in range(60):
-        s = u.scene_state
-        facts = expressible(cap.facts(s))
-        back = decode(_one_hot_logits(encode(facts)), u.task.movable, (facts.milestones_reached, facts.milestones_total))
+    carried_clauses = 0
+    for t in range(120):
+        facts = cap.facts(u.scene_state)
+        ms = (facts.milestones_reached, facts.milestones_total)
+        back = decode(_one_hot_logits(encode(facts)), u.task.movable, ms, u.task.carry_targets)
         assert render(back, u.task.word)[0] == render(facts, u.task.word)[0]
         assert back == facts
+        older = decode(_one_hot_logits(encode(facts), carried=False), u.task.movable, ms, u.task.carry_targets)
+        assert older == expressible(facts)
+        carried_clauses += older != facts
         obs, _, term, trunc, _ = env.step(expert(obs))
         if term or trunc:
             break
+    if task != "push_tool_from_edge":  # place and tidy carry an object toward its container
+        assert carried_clauses > 0
 
 
 def test_state_vector_round_trip(make_env):
@@ -393,6 +399,76 @@ def test_replay_shows_the_pixel_caption_beside_the_state_caption(tiny_model, mak
     out = tmp_path / "ep.mp4"
     assert main(["replay", str(tmp_path / "ep_0000"), "--out", str(out), "--pixel_captions",
                  "--perception", str(tiny_model)]) == 0 and out.stat().st_size > 0
+
+
+# ---- several camera views -------------------------------------------------------------------------------------
+def test_render_views_puts_each_camera_side_by_side(make_env):
+    env = make_env("tidy_table", describe=False, render_mode="rgb_array", width=48, height=48)
+    env.reset(seed=0)
+    u = env.unwrapped
+    front = u.render()
+    both = u.render_views(("front", "side"))
+    assert both.shape == (48, 96, 3) and both.dtype == np.uint8
+    assert np.array_equal(both[:, :48], front) and not np.array_equal(both[:, 48:], front)
+    assert np.array_equal(u.render(), front)  # the front camera is put back
+    assert np.array_equal(u.render_views(("front",)), front)
+    with pytest.raises(ValueError, match="unknown camera view.*'nadir'"):
+        u.render_views(("front", "nadir"))
+
+
+def test_split_views_gives_the_trunk_each_view_in_order():
+    from robo_prm.perception.backbone import split_views
+
+    a, b = torch.zeros(2, 3, 8, 8), torch.ones(2, 3, 8, 8)
+    a[1] += 5
+    tiles = split_views(torch.cat([a, b], dim=3), 2)
+    assert tiles.shape == (4, 3, 8, 8)
+    assert torch.equal(tiles[0], a[0]) and torch.equal(tiles[1], b[0]) and torch.equal(tiles[2], a[1])
+    with pytest.raises(ValueError, match="2 views of 8×8"):
+        split_views(a, 2)
+
+
+def test_a_two_view_model_describes_from_pixels_records_its_views_and_captions_them(tiny_two_view_model, make_env, tmp_path):
+    """A model trained on front + side frames: the describe stage renders both cameras for it (training envs and
+    recorded frames alike), and replay captions frames recorded that way; a front-only episode gets a clear error."""
+    from robo_prm.config import load_train_config
+    from robo_prm.envs.task import load_task
+    from robo_prm.replay import EpisodeMeta, EpisodeWriter, load_episode
+    from robo_prm.replay.captions import add_pixel_captions
+    from robo_prm.replay.episode import EpisodeError
+    from robo_prm.train.envs import make_vec_env
+
+    from robo_prm.perception.weights import load_perception
+
+    bundle = load_perception(tiny_two_view_model)
+    assert bundle.net.cfg.views == ["front", "side"] and bundle.net.cfg.carried_slots
+    cfg = load_train_config(None, {"task": "reach_tool", "describe.source": "pixels", "describe.weights": str(tiny_two_view_model),
+                                   "judge.backend": "rules", "progress_bar": False})
+    venv = make_vec_env(load_task("reach_tool"), cfg)
+    try:
+        venv.env_method("set_capture", True)
+        venv.reset()
+        _, _, _, infos = venv.step(np.zeros((1, 4), dtype=np.float32))
+        assert infos[0]["frame"].shape == (48, 96, 3)
+        assert infos[0]["description"].text.startswith("The gripper is")
+    finally:
+        venv.close()
+    cap = bundle.captioner(load_task("reach_tool"))
+    with pytest.raises(ValueError, match=r"reads 96×48 frames \(front\+side views"):
+        cap.describe_step(None, None, np.zeros((48, 48, 3), dtype=np.uint8))
+    with pytest.raises(ValueError, match="2 views of 48×48 side by side"):
+        cap(np.zeros((48, 48, 3), dtype=np.uint8))
+    env = make_env("reach_tool", describe=False, render_mode="rgb_array", width=48, height=48)
+    env.reset(seed=0)
+    for name, views in (("wide", ("front", "side")), ("front", ("front",))):
+        with EpisodeWriter(tmp_path / name, EpisodeMeta(task="reach_tool", algo="sac", seed=0)) as w:
+            w.add_frame(env.unwrapped.render_views(views))
+    ep = add_pixel_captions(load_episode(tmp_path / "wide"), str(tiny_two_view_model))
+    assert len(ep.pixel_captions) == 1 and ep.pixel_captions[0].startswith("The gripper is")
+    with pytest.raises(EpisodeError, match="--record.views front,side"):
+        add_pixel_captions(load_episode(tmp_path / "front"), str(tiny_two_view_model))
+    with pytest.raises(ValueError, match="record.views: unknown camera view"):
+        make_vec_env(load_task("reach_tool"), load_train_config(None, {"task": "reach_tool", "record.views": ["top"]}))
 
 
 # ---- the shipped weights -------------------------------------------------------------------------------

@@ -24,10 +24,17 @@ from robo_prm.types import SceneDescription, SceneState, TaskStatus
 
 @runtime_checkable
 class Describer(Protocol):
-    needs_frame: bool  # True: describe_step gets the env's rendered frame
+    needs_frame: bool  # True: describe_step gets the env's rendered frame (its `render_frame(env)` if it has one)
 
     def describe_step(self, state: SceneState, status: TaskStatus, frame: np.ndarray | None) -> SceneDescription:
         """The description of one env state (the frame is None unless needs_frame)."""
+
+
+def render_frame(env: gymnasium.Env, describer) -> np.ndarray:
+    """The frame a describer reads: its own `render_frame(env)` (a pixel model may read several camera views), or
+    the env's rendered frame."""
+    own = getattr(describer, "render_frame", None)
+    return own(env) if own is not None else env.render()
 
 
 class DescribeWrapper(gymnasium.Wrapper):
@@ -44,7 +51,7 @@ class DescribeWrapper(gymnasium.Wrapper):
 
     def _describe(self, info: dict) -> SceneDescription:
         t0 = time.perf_counter()
-        frame = self.env.render() if self.describer.needs_frame else None
+        frame = render_frame(self.env, self.describer) if self.describer.needs_frame else None
         self._last = self.describer.describe_step(self.env.unwrapped.scene_state, info["status"], frame)
         self.described += 1
         self.describe_s += time.perf_counter() - t0

@@ -55,17 +55,30 @@ class Trunk(nn.Module):
 
 
 class Neck(nn.Module):
-    """Feature map → a shared vector, keeping where things are: 1×1 conv, flatten, MLP."""
+    """Feature maps → a shared vector, keeping where things are: 1×1 conv, flatten, MLP. With several camera views
+    the input holds each frame's views one after another ((B·views, C, h, w)); their maps are joined before the MLP."""
 
-    def __init__(self, channels: int, out_size: int, width: int = 32, hidden: int = 384, dropout: float = 0.1):
+    def __init__(self, channels: int, out_size: int, width: int = 32, hidden: int = 384, dropout: float = 0.1, views: int = 1):
         super().__init__()
+        self.views = views
         self.reduce = nn.Sequential(nn.Conv2d(channels, width, 1), nn.BatchNorm2d(width), nn.ReLU())
-        self.mlp = nn.Sequential(nn.Flatten(), nn.Dropout(dropout), nn.Linear(width * out_size * out_size, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, hidden), nn.ReLU())
+        self.mlp = nn.Sequential(nn.Flatten(), nn.Dropout(dropout), nn.Linear(views * width * out_size * out_size, hidden),
+                                 nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
         self.dim = hidden
 
     def forward(self, fmap: torch.Tensor) -> torch.Tensor:
-        return self.mlp(self.reduce(fmap))
+        x = self.reduce(fmap)
+        return self.mlp(x.reshape(-1, self.views, *x.shape[1:]))
+
+
+def split_views(images: torch.Tensor, views: int) -> torch.Tensor:
+    """(B, 3, S, views·S) frames whose camera views sit side by side → (B·views, 3, S, S), each frame's views in a row."""
+    if views == 1:
+        return images
+    b, c, s, w = images.shape
+    if w != views * s:
+        raise ValueError(f"expected {views} views of {s}×{s} side by side, got {w}×{s} frames")
+    return images.reshape(b, c, s, views, s).permute(0, 3, 1, 2, 4).reshape(b * views, c, s, s)
 
 
 def to_tensor(frames) -> torch.Tensor:

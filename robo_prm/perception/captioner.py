@@ -41,7 +41,16 @@ class PixelCaptioner:
 
     @property
     def size(self) -> int:
+        """Width = height of each camera view (envs made for this describer render at this size)."""
         return self.net.cfg.size
+
+    @property
+    def views(self) -> tuple[str, ...]:
+        return tuple(self.net.cfg.views)
+
+    def render_frame(self, env) -> np.ndarray:
+        """The frame this model reads: its camera views of the env's scene, side by side."""
+        return env.unwrapped.render_views(self.views)
 
     @torch.no_grad()
     def outputs(self, frames) -> dict[str, np.ndarray]:
@@ -54,10 +63,11 @@ class PixelCaptioner:
         return [self.from_outputs(out, i) for i in range(len(out["embed"]))]
 
     def check_frame(self, frame: np.ndarray | None) -> None:
-        if frame is None or frame.shape[0] != self.size or frame.shape[1] != self.size:
+        width = self.size * len(self.views)
+        if frame is None or frame.shape[0] != self.size or frame.shape[1] != width:
             got = "no frame" if frame is None else f"{frame.shape[1]}×{frame.shape[0]} frames"
-            raise ValueError(f"the perception model reads {self.size}×{self.size} frames, got {got} "
-                             f"(make the env with width=height={self.size})")
+            raise ValueError(f"the perception model reads {width}×{self.size} frames ({'+'.join(self.views)} views of "
+                             f"{self.size} px), got {got} (make the env with width=height={self.size}; render_frame(env))")
 
     def describe_step(self, state, status, frame: np.ndarray | None) -> SceneDescription:
         self.check_frame(frame)
@@ -81,7 +91,7 @@ class PixelCaptioner:
             status = task.status(state_from_vector(out["state"][i]))
             reached, hazards, rule_progress = status.reached, status.hazards, status.rule_progress
         logits = {k[5:]: v[i] for k, v in out.items() if k.startswith("slot/")}
-        facts = decode(logits, task.movable, (reached, n_ms) if n_ms else None)
+        facts = decode(logits, task.movable, (reached, n_ms) if n_ms else None, task.carry_targets)
         text, named = render(facts, task.word, self.milestone_line)
         return SceneDescription(
             text=text,

@@ -96,7 +96,8 @@ def cmd_caption(args: CaptionArgs) -> int:
         else:
             env.reset(seed=args.seed)
         try:
-            pixel = bundle.captioner(task, caption_model=args.caption_model)(env.render())
+            captioner = bundle.captioner(task, caption_model=args.caption_model)
+            pixel = captioner(captioner.render_frame(env))
         except (FileNotFoundError, ValueError) as exc:
             raise SystemExit(f"robo-prm: error: --caption_model: {exc}") from None
         state = StateCaptioner(task)(env.scene_state)
@@ -127,7 +128,8 @@ def cmd_goal_sim(args: GoalSimArgs) -> int:
     task = load_task(args.task)
     env = TidyTableEnv(task, render_mode="rgb_array", width=size, height=size)
     try:
-        ep = rollout(env, ScriptedExpert(env, seed=args.seed), args.seed, render=True)
+        views = tuple(clip.net.cfg.views) if hasattr(clip, "net") else True  # the in-domain model may read several cameras
+        ep = rollout(env, ScriptedExpert(env, seed=args.seed), args.seed, render=views)
     finally:
         env.close()
     text = args.text or task.spec.goal

@@ -246,17 +246,29 @@ class CocaCaptioner:
         if coca.cfg.size != base.size:
             raise ValueError(f"{coca.folder}: the captioner reads {coca.cfg.size}-px frames, the perception model "
                              f"{base.size}-px ones")
+        if "front" not in base.views:
+            raise ValueError(f"{coca.folder}: the captioner reads the front camera, the perception model only {base.views}")
         self.base, self.coca = base, coca
+        self._front = base.views.index("front")  # the CoCa model reads the front camera's tile of the frame
 
     @property
     def size(self) -> int:
         return self.base.size
 
+    @property
+    def views(self) -> tuple[str, ...]:
+        return self.base.views
+
+    def render_frame(self, env) -> np.ndarray:
+        return self.base.render_frame(env)
+
     def describe(self, frames) -> list:
         import dataclasses
 
+        s = self.size
+        front = np.asarray(frames)[..., self._front * s:(self._front + 1) * s, :]
         return [dataclasses.replace(d, text=with_milestone_line(c, d.text))
-                for d, c in zip(self.base.describe(frames), self.coca.caption(frames))]
+                for d, c in zip(self.base.describe(frames), self.coca.caption(front))]
 
     def describe_step(self, state, status, frame):
         self.base.check_frame(frame)

@@ -35,7 +35,8 @@ class CollectConfig:
     # (robo_prm/models/perception/manifest.json, data.collect[0]).
     tasks: list[str] = opt(["reach_tool", "push_tool_from_edge", "place_cup_in_bin", "tidy_table"], "tasks to roll out")
     frames: int = opt(14_000, "frames in total (train + held-out)")
-    size: int = opt(128, "frame width = height, pixels")
+    size: int = opt(128, "frame width = height of each camera view, pixels")
+    views: list[str] = opt(["front"], "camera views, side by side in each frame (envs/tidy_env.py VIEWS: front, side)")
     stride: int = opt(3, "keep every stride-th step of an episode")
     heldout_every: int = opt(6, "every n-th round of episodes (one per task, by seed) is held out")
     scatter: float = opt(0.35, "share of episodes that start from a scattered scene")
@@ -137,7 +138,7 @@ class _Rows:
         preds = np.full(len(self.keys), -1, dtype=np.int8)
         for k, v in task.predicate_values(s, status).items():
             preds[self.col[f"{task.name}:{k}"]] = int(bool(v))
-        self.shards.add(frames=env.render(), slots=labels.slots, state=labels.state, preds=preds,
+        self.shards.add(frames=env.unwrapped.render_views(tuple(self.cfg.views)), slots=labels.slots, state=labels.state, preds=preds,
                         task=ti, rule_progress=np.float32(status.rule_progress), milestones=status.reached,
                         caption=d.text, episode=ep["episode"], seed=ep["seed"], step=t, heldout=ep["split"] == "heldout",
                         policy=POLICIES.index(ep["kind"]), scattered=ep["scattered"], success=status.success)
@@ -226,6 +227,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
         "slot_names": slot_names(),
         "state_dim": STATE_DIM,
         "size": cfg.size,
+        "views": list(cfg.views),
         "frames": rows.n,
         "episodes": episode,
         "splits": rows.counts,
@@ -254,29 +256,46 @@ class FrameSet:
     def subset(self, idx: np.ndarray) -> "FrameSet":
         return FrameSet(self.meta, {k: v[idx] for k, v in self.arrays.items()})
 
+    def with_views(self, views: list[str] | tuple[str, ...]) -> "FrameSet":
+        """The frames cut to these camera views (in this order), e.g. the front view of front + side frames."""
+        have, views = list(self.meta["views"]), list(views)
+        if views == have:
+            return self
+        missing = [v for v in views if v not in have]
+        if missing:
+            raise ValueError(f"the frames hold the {'+'.join(have)} views, not {', '.join(missing)}")
+        s = self.meta["size"]
+        tiles = [self.arrays["frames"][:, :, have.index(v) * s:(have.index(v) + 1) * s] for v in views]
+        return FrameSet(self.meta | {"views": views}, self.arrays | {"frames": np.ascontiguousarray(np.concatenate(tiles, axis=2))})
 
-def _load_one(folder: Path) -> FrameSet:
+
+def _load_one(folder: Path, views: list[str] | None = None) -> FrameSet:
     if not (folder / "meta.json").exists():
         raise FileNotFoundError(f"{folder}: no meta.json (make one with `robo-prm perception collect --out {folder}`)")
     meta = json.loads((folder / "meta.json").read_text())
+    meta.setdefault("views", ["front"])  # folders collected before camera views were a choice
     parts: dict[str, list] = {}
     for p in sorted(folder.glob("shard_*.npz")):
         with np.load(p) as z:
-            for k in z.files:
-                parts.setdefault(k, []).append(z[k])
+            shard = FrameSet(meta, {k: z[k] for k in z.files})
+        for k, v in (shard.with_views(views) if views else shard).arrays.items():  # cut shard by shard: less memory
+            parts.setdefault(k, []).append(v)
+    if views:
+        meta = meta | {"views": list(views)}
     return FrameSet(meta, {k: np.concatenate(v) for k, v in parts.items()})
 
 
-_SAME = ("tasks", "predicate_keys", "slot_names", "state_dim", "size")  # what folders must share to be merged
+_SAME = ("tasks", "predicate_keys", "slot_names", "state_dim", "size", "views")  # what folders must share to be merged
 
 
-def load_frames(folder: str | Path | list) -> FrameSet:
+def load_frames(folder: str | Path | list, views: list[str] | None = None) -> FrameSet:
     """One collected folder, or several ("a,b" or a list) merged into one set: they must hold the same tasks,
-    predicate columns, slots and frame size; each keeps its own held-out split (by its episode seeds, so collect
-    them with different --seed), and episode numbers are offset so they stay distinct."""
+    predicate columns, slots, frame size and camera views; each keeps its own held-out split (by its episode seeds,
+    so collect them with different --seed), and episode numbers are offset so they stay distinct. `views`: cut the
+    frames to these camera views (`FrameSet.with_views`)."""
     names = folder.split(",") if isinstance(folder, str) else folder if isinstance(folder, list) else [folder]
     folders = [Path(f) for f in names if str(f)]
-    sets = [_load_one(f) for f in folders]
+    sets = [_load_one(f, views) for f in folders]
     if len(sets) == 1:
         return sets[0]
     first = sets[0].meta

@@ -1,6 +1,7 @@
 """PerceptionNet: one image tower shared by the CLIP embedding and the caption heads.
 
-frame → Trunk (EfficientNet-Lite0, stride 16) → Neck (shared vector z) →
+frame (one camera view, or several side by side: each through the trunk) → Trunk (EfficientNet-Lite0, stride 16)
+→ Neck (shared vector z) →
   * `embed`: the CLIP image embedding (L2-normalised), for the judge cache, novelty and goal similarity;
   * one classification head per caption slot (slots.py), rendered to text by render.py;
   * `preds`: task predicates (success, milestones, hazards) of the tasks it was trained on;
@@ -15,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robo_prm.perception.backbone import Neck, Trunk
+from robo_prm.perception.backbone import Neck, Trunk, split_views
 from robo_prm.perception.slots import STATE_DIM, slot_sizes
 
 
@@ -30,6 +31,8 @@ class NetConfig:
     predicate_keys: list[str] = field(default_factory=list)  # 'task:key' columns of the predicate head
     text_model: str = "minilm"  # text tower the embedding is aligned with (see clip.py)
     text_dim: int = 384
+    views: list[str] = field(default_factory=lambda: ["front"])  # camera views side by side (envs.tidy_env.VIEWS)
+    carried_slots: bool = False  # heads for a carried object's edge and target clauses (slots.CARRIED_SLOTS)
 
 
 class PerceptionNet(nn.Module):
@@ -37,10 +40,10 @@ class PerceptionNet(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.trunk = Trunk(cfg.size, cfg.trunk_blocks, imagenet=imagenet)
-        self.neck = Neck(self.trunk.channels, self.trunk.out_size, cfg.neck_width, cfg.hidden)
+        self.neck = Neck(self.trunk.channels, self.trunk.out_size, cfg.neck_width, cfg.hidden, views=len(cfg.views))
         h = self.neck.dim
         self.embed = nn.Linear(h, cfg.embed_dim)
-        sizes = slot_sizes()
+        sizes = slot_sizes(cfg.carried_slots)
         self.slot_names = list(sizes)
         self.slots = nn.Linear(h, sum(sizes.values()))  # all slot heads as one matrix, split by slot_sizes
         self._splits = list(sizes.values())
@@ -50,15 +53,22 @@ class PerceptionNet(nn.Module):
         # open_clip's learnable temperature, init log(1/0.07)
         self.logit_scale = nn.Parameter(torch.tensor(2.6592))
 
+    def tiles(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, 3, S, views·S) → (B·views, 3, S, S): what the trunk reads."""
+        return split_views(images, len(self.cfg.views))
+
     def features(self, images: torch.Tensor) -> torch.Tensor:
-        return self.neck(self.trunk(images))
+        return self.neck(self.trunk(self.tiles(images)))
 
     def encode_image(self, images: torch.Tensor, normalize: bool = True) -> torch.Tensor:
         e = self.embed(self.features(images))
         return F.normalize(e, dim=-1) if normalize else e
 
     def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
-        z = self.features(images)
+        return self.heads(self.features(images))
+
+    def heads(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The shared vector → every head's output (the CLIP embedding unit-norm)."""
         out = {"embed": F.normalize(self.embed(z), dim=-1), "preds": self.preds(z), "progress": self.progress(z),
                "state": self.state(z)}
         for name, logits in zip(self.slot_names, torch.split(self.slots(z), self._splits, dim=-1)):

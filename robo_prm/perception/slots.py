@@ -21,24 +21,34 @@ RELATIONS = ("at", "above", "distance")
 HELD = (None,) + OBJECTS  # gripper-held head: nothing or one object
 _BUCKETED = {"held", "lifted", "near_edge"}
 
+# A carried (held / lifted) object within NEAR_EDGE_M of an edge: which edge and how far (ObjectFacts.edge, edge_gap).
+EDGE_GAPS = ("beyond",) + tuple(b for b in BUCKETS if b in ("touching", "3 cm", "5 cm", "10 cm"))
+CARRIED_EDGE = (None,) + tuple((e, g) for e in EDGE_NAMES for g in EDGE_GAPS)
+TARGET_GAPS = ("over",) + BUCKETS  # a carried object's way to its container (ObjectFacts.target_gap)
+
 # name → number of classes; binary slots are 2-class heads as well (one softmax code path).
 GRIPPER_SLOTS = {"held": len(HELD), "opened": 2, "nearest": len(OBJECTS), "relation": len(RELATIONS), "bucket": len(BUCKETS)}
 OBJECT_SLOTS = {"place": len(PLACES), "bucket": len(BUCKETS), "upright": 2, "moving": 2}
+# The carried object's clauses: heads of models trained with `carried` slots (the shipped model before them has none).
+CARRIED_SLOTS = {"edge": len(CARRIED_EDGE), "target": len(TARGET_GAPS)}
 STATE_DIM = 4 + 7 * len(OBJECTS)  # gripper xyz + width; per object xyz, up axis, fingers/2
 
 
-def slot_names() -> list[str]:
-    return [f"gripper.{k}" for k in GRIPPER_SLOTS] + [f"{o}.{k}" for o in OBJECTS for k in OBJECT_SLOTS]
+def slot_names(carried: bool = True) -> list[str]:
+    return list(slot_sizes(carried))
 
 
-def slot_sizes() -> dict[str, int]:
+def slot_sizes(carried: bool = True) -> dict[str, int]:
+    """Every slot head's class count; `carried`: with the carried object's edge and target heads."""
     out = {f"gripper.{k}": n for k, n in GRIPPER_SLOTS.items()}
-    out.update({f"{o}.{k}": n for o in OBJECTS for k, n in OBJECT_SLOTS.items()})
+    per_object = OBJECT_SLOTS | (CARRIED_SLOTS if carried else {})
+    out.update({f"{o}.{k}": n for o in OBJECTS for k, n in per_object.items()})
     return out
 
 
 def encode(f: SceneFacts) -> dict[str, int]:
-    """Facts → {slot name: class index or -1}; objects the facts do not mention are -1."""
+    """Facts → {slot name: class index or -1} for every slot (`slot_names()`); objects the facts do not mention,
+    and clauses that do not apply (a carried-object slot of an object not carried), are -1."""
     g = f.gripper
     out = {
         "gripper.held": HELD.index(g.held),
@@ -48,7 +58,7 @@ def encode(f: SceneFacts) -> dict[str, int]:
         "gripper.bucket": BUCKETS.index(g.bucket) if g.bucket else -1,
     }
     for sim in OBJECTS:
-        for k in OBJECT_SLOTS:
+        for k in OBJECT_SLOTS | CARRIED_SLOTS:
             out[f"{sim}.{k}"] = -1
     for o in f.objects:
         detail = o.container or (o.edge if o.place == "near_edge" else None) or o.quadrant  # no head for a carried object's edge
@@ -56,6 +66,10 @@ def encode(f: SceneFacts) -> dict[str, int]:
         out[f"{o.sim}.bucket"] = BUCKETS.index(o.bucket) if o.place in _BUCKETED else -1
         out[f"{o.sim}.upright"] = int(o.upright) if OBJECT_KIND[o.sim] == "fragile" else -1
         out[f"{o.sim}.moving"] = int(o.moving)
+        if o.place in ("held", "lifted"):
+            out[f"{o.sim}.edge"] = CARRIED_EDGE.index((o.edge, o.edge_gap) if o.edge_gap else None)
+        if o.target is not None:
+            out[f"{o.sim}.target"] = TARGET_GAPS.index(o.target_gap)
     return out
 
 
@@ -76,8 +90,11 @@ def _argmax(logits: np.ndarray, allowed: list[int] | None = None) -> int:
     return allowed[int(np.argmax(logits[allowed]))]
 
 
-def decode(logits: dict[str, np.ndarray], movable: tuple[str, ...], milestones: tuple[int, int] | None = None) -> SceneFacts:
-    """Head outputs of one frame → SceneFacts for a task's objects (choices limited to what the task has)."""
+def decode(logits: dict[str, np.ndarray], movable: tuple[str, ...], milestones: tuple[int, int] | None = None,
+           targets: dict[str, str] | None = None) -> SceneFacts:
+    """Head outputs of one frame → SceneFacts for a task's objects (choices limited to what the task has);
+    `targets`: the task's carry targets (Task.carry_targets), whose gap a carried object's target head reads. Without
+    the carried slots' heads (older models) a carried object's edge and target clauses are left out (`expressible`)."""
     held_ok = [0] + [1 + OBJECTS.index(s) for s in movable]
     held = HELD[_argmax(logits["gripper.held"], held_ok)]
     if held is not None:
@@ -95,12 +112,18 @@ def decode(logits: dict[str, np.ndarray], movable: tuple[str, ...], milestones: 
             place, detail = "held", None
         bucket = BUCKETS[_argmax(logits[f"{sim}.bucket"])] if place in _BUCKETED else None
         upright = bool(_argmax(logits[f"{sim}.upright"])) if OBJECT_KIND[sim] == "fragile" else True
+        carried = {"edge": detail if place == "near_edge" else None}
+        if place in ("held", "lifted") and f"{sim}.edge" in logits:
+            near = CARRIED_EDGE[_argmax(logits[f"{sim}.edge"])]
+            carried = {"edge": near[0], "edge_gap": near[1]} if near else carried
+            target = (targets or {}).get(sim)
+            if target is not None:
+                carried |= {"target": target, "target_gap": TARGET_GAPS[_argmax(logits[f"{sim}.target"])]}
         objects.append(ObjectFacts(
             sim=sim, place=place,
             container=detail if place == "in" else None,
-            edge=detail if place == "near_edge" else None,
             quadrant=detail if place == "quadrant" else None,
-            bucket=bucket, upright=upright, moving=bool(_argmax(logits[f"{sim}.moving"])),
+            bucket=bucket, upright=upright, moving=bool(_argmax(logits[f"{sim}.moving"])), **carried,
         ))
     reached, total = milestones if milestones is not None else (None, None)
     return SceneFacts(g, tuple(objects), reached, total)

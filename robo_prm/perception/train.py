@@ -41,6 +41,7 @@ class PerceptionTrainConfig:
     data: str = opt("data/perception", "a folder written by `robo-prm perception collect` (several: comma-separated)")
     out: str = opt("runs/perception", "where the trained folder goes")
     init: str | None = opt(None, "continue from a trained perception folder (e.g. the train-clip output)")
+    views: list[str] | None = opt(None, "camera views to read, of those the frames hold (null: all of them)")
     trunk_blocks: int = opt(11, "EfficientNet-Lite0 blocks kept (11: stride 16)")
     freeze_blocks: int = opt(10, "the first n blocks (and the stem) keep their ImageNet weights")
     embed_dim: int = opt(128, "CLIP embedding size")
@@ -80,21 +81,21 @@ class _Prefix(torch.nn.Module):
         super().__init__()
         self.trunk, self.n = net.trunk, n
 
+        self.tiles = net.tiles
+
     @torch.no_grad()
     def forward(self, x):
-        return self.trunk.prefix(x, self.n)
+        """(B, 3, S, views·S) → (B, views, C, h, w)."""
+        fmap = self.trunk.prefix(self.tiles(x), self.n)
+        return fmap.reshape(len(x), -1, *fmap.shape[1:])
 
 
 def _rest(net: PerceptionNet, fmap: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
-    """Run the trained part: trunk blocks n.. → neck → heads (the same heads as PerceptionNet.forward)."""
-    x = fmap
+    """Run the trained part on the frozen prefix's (B, views, C, h, w) maps: trunk blocks n.. → neck → heads."""
+    x = fmap.flatten(0, 1)
     for b in net.trunk.blocks[n:]:
         x = b(x)
-    z = net.neck(x)
-    out = {"embed": F.normalize(net.embed(z), dim=-1), "preds": net.preds(z), "progress": net.progress(z), "state": net.state(z)}
-    for name, logits in zip(net.slot_names, torch.split(net.slots(z), net._splits, dim=-1)):
-        out[f"slot/{name}"] = logits
-    return out
+    return net.heads(net.neck(x))
 
 
 def precompute(prefix: _Prefix, frames: np.ndarray, batch: int = 256, progress: bool = True) -> torch.Tensor:
@@ -109,12 +110,17 @@ def precompute(prefix: _Prefix, frames: np.ndarray, batch: int = 256, progress: 
     return torch.cat(chunks)
 
 
+def slot_columns(data_slots: list[str], net_slots: list[str]) -> list[tuple[int, str]]:
+    """(column in the data's slot labels, slot name) of every slot both the data and the net have."""
+    return [(j, name) for j, name in enumerate(data_slots) if name in net_slots]
+
+
 def losses(net: PerceptionNet, text_proj: torch.nn.Module, out: dict, batch: dict, text_emb: torch.Tensor,
-           cfg: PerceptionTrainConfig, pos_weight: torch.Tensor) -> dict[str, torch.Tensor]:
+           cfg: PerceptionTrainConfig, pos_weight: torch.Tensor, slot_cols: list[tuple[int, str]]) -> dict[str, torch.Tensor]:
     terms: dict[str, torch.Tensor] = {}
     if cfg.slot_weight:
         ce = []
-        for j, name in enumerate(slot_names()):
+        for j, name in slot_cols:
             target = batch["slots"][:, j].long()
             if (target >= 0).any():
                 ce.append(F.cross_entropy(out[f"slot/{name}"], target, ignore_index=-1))
@@ -147,14 +153,15 @@ def _model(cfg: PerceptionTrainConfig, meta: dict, train_set: FrameSet) -> tuple
     if cfg.init:
         bundle = load_perception(cfg.init)
         net, text = bundle.net, bundle.text
-        if net.cfg.predicate_keys != meta["predicate_keys"] or net.cfg.size != meta["size"]:
-            raise ValueError(f"{cfg.init}: trained on other tasks or frame size than {cfg.data}")
+        if net.cfg.predicate_keys != meta["predicate_keys"] or net.cfg.size != meta["size"] or net.cfg.views != meta["views"]:
+            raise ValueError(f"{cfg.init}: trained on other tasks, frame size or camera views than {cfg.data}")
         net.train()
         return net, text
     text = TextTower(cfg.embed_dim, cfg.text_model)
     net_cfg = NetConfig(size=meta["size"], trunk_blocks=cfg.trunk_blocks, hidden=cfg.hidden, embed_dim=cfg.embed_dim,
                         tasks=list(meta["tasks"]), predicate_keys=list(meta["predicate_keys"]), text_model=cfg.text_model,
-                        text_dim=text.text_dim)
+                        text_dim=text.text_dim, views=list(meta["views"]),
+                        carried_slots=set(slot_names(carried=True)) <= set(meta["slot_names"]))
     net = PerceptionNet(net_cfg, imagenet=cfg.imagenet)
     with torch.no_grad():
         net.state.bias.copy_(torch.as_tensor(train_set.arrays["state"].mean(0)))
@@ -173,7 +180,7 @@ def _targets(train_set: FrameSet, caption_id: np.ndarray) -> tuple[dict[str, tor
 
 def _fit(net: PerceptionNet, text: TextTower, fmaps: torch.Tensor, arrays: dict, text_emb: torch.Tensor,
          pos_weight: torch.Tensor, cfg: PerceptionTrainConfig, rng: np.random.Generator, n_frozen: int,
-         progress: bool) -> tuple[list[dict], int]:
+         progress: bool, data_slots: list[str]) -> tuple[list[dict], int]:
     """AdamW + one-cycle over shuffled batches of the frozen trunk's outputs; (loss history, steps taken)."""
     params = [p for p in list(net.parameters()) + list(text.proj.parameters()) if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -181,6 +188,7 @@ def _fit(net: PerceptionNet, text: TextTower, fmaps: torch.Tensor, arrays: dict,
     steps = max(1, int(math.ceil(cfg.epochs * n / cfg.batch)))
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=steps, pct_start=0.1)
     w = _weights(cfg)
+    slot_cols = slot_columns(data_slots, net.slot_names)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -198,7 +206,7 @@ def _fit(net: PerceptionNet, text: TextTower, fmaps: torch.Tensor, arrays: dict,
         pos_i += cfg.batch
         batch = {k: v[idx] for k, v in arrays.items()}
         out = _rest(net, fmaps[idx].float(), n_frozen)
-        terms = losses(net, text.proj, out, batch, text_emb, cfg, pos_weight)
+        terms = losses(net, text.proj, out, batch, text_emb, cfg, pos_weight, slot_cols)
         loss = sum(w[k] * v for k, v in terms.items())
         opt.zero_grad()
         loss.backward()
@@ -226,9 +234,10 @@ def train(cfg: PerceptionTrainConfig, data: FrameSet | None = None, progress: bo
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
-    data = data or load_frames(cfg.data)
+    data = data.with_views(cfg.views or data.meta["views"]) if data is not None else load_frames(cfg.data, cfg.views)
     meta = data.meta
-    train_set = data.split(heldout=False)
+    train_set, held = data.split(heldout=False), data.split(heldout=True)
+    del data  # the splits are copies: tens of thousands of frames are gigabytes
     net, text = _model(cfg, meta, train_set)
     n_frozen = min(cfg.freeze_blocks, cfg.trunk_blocks)
     for p in list(net.trunk.stem.parameters()) + [p for b in net.trunk.blocks[:n_frozen] for p in b.parameters()]:
@@ -242,16 +251,16 @@ def train(cfg: PerceptionTrainConfig, data: FrameSet | None = None, progress: bo
     prefix_s = time.perf_counter() - t0 - text_s
     arrays, pos_weight = _targets(train_set, caption_id)
     t_train = time.perf_counter()
-    history, step = _fit(net, text, fmaps, arrays, text_emb, pos_weight, cfg, rng, n_frozen, progress)
+    history, step = _fit(net, text, fmaps, arrays, text_emb, pos_weight, cfg, rng, n_frozen, progress, meta["slot_names"])
     train_s = time.perf_counter() - t_train
     threshold = cfg.hazard_threshold or choose_hazard_threshold(net, train_set, rng)
-    metrics = evaluate(net, data.split(heldout=True), threshold) if bool(data.arrays["heldout"].any()) else {}
+    metrics = evaluate(net, held, threshold) if len(held) else {}
     manifest = {
         "what": "robo_prm perception: EfficientNet-Lite0 trunk (ImageNet init) + caption-slot, predicate, progress, "
                 "state heads + CLIP image embedding aligned with frozen all-MiniLM-L6-v2 + trained projection",
         **provenance(command or None),
         "config": asdict(cfg),
-        "data": {k: meta.get(k) for k in ("frames", "episodes", "splits", "policies", "tasks", "size")} | {"collect": meta.get("config")},
+        "data": {k: meta.get(k) for k in ("frames", "episodes", "splits", "policies", "tasks", "size", "views")} | {"collect": meta.get("config")},
         "train": {"steps": step, "train_frames": len(fmaps), "seconds_text": round(text_s, 1), "seconds_frozen_trunk": round(prefix_s, 1),
                   "seconds_train": round(train_s, 1), "threads": cfg.threads, "history_tail": history[-5:]},
         "hazard_threshold": {"value": threshold, "chosen_on": "given" if cfg.hazard_threshold else
@@ -315,11 +324,16 @@ def slot_accuracy(out: dict[str, np.ndarray], held: FrameSet) -> dict[str, tuple
     """Per caption slot: (accuracy of the slot head's argmax, frames where the slot applies); slots that never apply
     are left out."""
     res = {}
-    for j, name in enumerate(slot_names()):
+    for j, name in slot_columns(held.meta["slot_names"], list(out_slots(out))):
         acc, n = accuracy(out[f"slot/{name}"].argmax(1), held.arrays["slots"][:, j])
         if n:
             res[name] = (acc, n)
     return res
+
+
+def out_slots(out: dict[str, np.ndarray]) -> list[str]:
+    """The slot names of a net output dict (`predict`)."""
+    return [k[5:] for k in out if k.startswith("slot/")]
 
 
 def hazard_columns(keys: list[str]) -> list[int]:

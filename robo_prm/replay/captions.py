@@ -28,9 +28,14 @@ def add_pixel_captions(ep: Episode, weights: str | None = None, task: str | None
         captioner = bundle.captioner(t, caption_model=caption_model)
     except (FileNotFoundError, ValueError) as exc:
         raise EpisodeError(f"--caption_model: {exc}") from None
-    size = captioner.size
-    frames = np.stack([cv2.resize(f, (size, size), interpolation=cv2.INTER_AREA) if f.shape[:2] != (size, size) else f
-                       for f in ep.frames])
+    size, views = captioner.size, len(getattr(captioner, "views", ("front",)))
+    h, w = ep.frames.shape[1:3]
+    if w != views * h:
+        raise EpisodeError(f"--pixel_captions: the perception model reads {'+'.join(captioner.views)} camera views side "
+                           f"by side; the episode's frames are {w}×{h} (record them with --record.views "
+                           f"{','.join(captioner.views)})")
+    frames = np.stack([cv2.resize(f, (views * size, size), interpolation=cv2.INTER_AREA) if f.shape[:2] != (size, views * size)
+                       else f for f in ep.frames])
     texts = [d.text for i in range(0, len(frames), batch) for d in captioner.describe(frames[i:i + batch])]
     return dataclasses.replace(ep, pixel_captions=texts)
 

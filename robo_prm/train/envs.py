@@ -8,7 +8,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from robo_prm.config import TrainConfig
 from robo_prm.describe import DescribeWrapper, StateCaptioner
-from robo_prm.envs.tidy_env import TidyTableEnv
+from robo_prm.envs.tidy_env import VIEWS, TidyTableEnv
 from robo_prm.judge import make_judge
 from robo_prm.reward import LLMRewardVecEnv
 from robo_prm.envs.task import Task
@@ -23,9 +23,10 @@ class FrameCapture(gymnasium.Wrapper):
     Rendering inside step() is the only way to see an episode's last frame: the VecEnv resets
     the env before the callback runs."""
 
-    def __init__(self, env: gymnasium.Env):
+    def __init__(self, env: gymnasium.Env, views: tuple[str, ...] = ("front",)):
         super().__init__(env)
         self.capture = False
+        self.views = tuple(views)  # camera views side by side (envs.tidy_env.VIEWS)
 
     def set_capture(self, on: bool):
         self.capture = bool(on)
@@ -33,7 +34,7 @@ class FrameCapture(gymnasium.Wrapper):
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self.capture:
-            info["frame"] = self.env.render()
+            info["frame"] = self.env.unwrapped.render_views(self.views)
         return obs, reward, terminated, truncated, info
 
 
@@ -58,10 +59,21 @@ def make_tidy_env(task: Task, cfg: TrainConfig, render: bool = True, reward_mode
     return DescribeWrapper(env, StateCaptioner(task, cfg.describe.milestone_line))
 
 
+def recorded_views(cfg: TrainConfig) -> tuple[str, ...]:
+    """cfg.record.views, checked against the env's cameras before any env starts."""
+    unknown = [v for v in cfg.record.views if v not in VIEWS]
+    if unknown or not cfg.record.views:
+        raise ValueError(f"record.views: unknown camera view(s) {unknown or '(none)'}; known are {sorted(VIEWS)}")
+    return tuple(cfg.record.views)
+
+
 def make_vec_env(task: Task, cfg: TrainConfig, judge=None) -> VecEnv:
+    views = recorded_views(cfg)
+
     def factory(rank: int):
         def _make():
-            env = FrameCapture(make_tidy_env(task, cfg))
+            described = make_tidy_env(task, cfg)
+            env = FrameCapture(described, getattr(described.describer, "views", None) or views)
             if cfg.curriculum.enabled:
                 env = CurriculumStart(env, cfg.curriculum, seed=cfg.seed + rank)
             if cfg.demos:
