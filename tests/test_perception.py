@@ -433,7 +433,7 @@ def test_a_two_view_model_describes_from_pixels_records_its_views_and_captions_t
     recorded frames alike), and replay captions frames recorded that way; a front-only episode gets a clear error."""
     from robo_prm.config import load_train_config
     from robo_prm.envs.task import load_task
-    from robo_prm.replay import EpisodeMeta, EpisodeWriter, load_episode
+    from robo_prm.replay import EpisodeMeta, EpisodeWriter, load_episode, render_frame
     from robo_prm.replay.captions import add_pixel_captions
     from robo_prm.replay.episode import EpisodeError
     from robo_prm.train.envs import make_vec_env
@@ -465,6 +465,8 @@ def test_a_two_view_model_describes_from_pixels_records_its_views_and_captions_t
             w.add_frame(env.unwrapped.render_views(views))
     ep = add_pixel_captions(load_episode(tmp_path / "wide"), str(tiny_two_view_model))
     assert len(ep.pixel_captions) == 1 and ep.pixel_captions[0].startswith("The gripper is")
+    shown = render_frame(ep, 0)  # the replay video lays both views out like any frame
+    assert shown.ndim == 3 and shown.shape[1] >= 96
     with pytest.raises(EpisodeError, match="--record.views front,side"):
         add_pixel_captions(load_episode(tmp_path / "front"), str(tiny_two_view_model))
     with pytest.raises(ValueError, match="record.views: unknown camera view"):
@@ -488,8 +490,10 @@ def test_shipped_weights_describe_a_frame_and_embed_shipped_goals(make_env):
     task = load_task("place_cup_in_bin")
     env = make_env("place_cup_in_bin", render_mode="rgb_array", width=size, height=size)
     env.reset(seed=0)
-    frame = env.render()
-    d = bundle.captioner(task)(frame)
+    cap = bundle.captioner(task)
+    frame = cap.render_frame(env)
+    assert frame.shape == (size, size * len(cap.views), 3)
+    d = cap(frame)
     assert d.text.startswith("The gripper is") and "glass cup" in d.text and d.features.shape == (bundle.net.cfg.embed_dim,)
     clip = bundle.clip()
     sim = goal_similarity(np.stack([frame]), task.spec.goal, clip)
