@@ -280,7 +280,7 @@ def main(argv=None) -> int:
     if args.text_model:
         bundle.text.model_name = args.text_model
     net = bundle.net
-    held = load_frames(args.data).split(heldout=True).with_views(net.cfg.views)  # a front-only model reads the front tile
+    held = load_frames(args.data, views=net.cfg.views, heldout=True)  # a front-only model reads the front tile
     t0 = time.perf_counter()
     out = predict(net, held.arrays["frames"])
     texts = slot_texts(out, held, net, bundle.hazard_threshold)

@@ -440,8 +440,15 @@ def test_a_two_view_model_describes_from_pixels_records_its_views_and_captions_t
 
     from robo_prm.perception.weights import load_perception
 
+    from robo_prm.perception.dataset import load_frames
+
     bundle = load_perception(tiny_two_view_model)
     assert bundle.net.cfg.views == ["front", "side"] and bundle.net.cfg.carried_slots
+    data = bundle.manifest["config"]["data"]
+    full, front = load_frames(data), load_frames(data, views=["front"], heldout=True)  # cut while loading
+    want = full.split(heldout=True)
+    assert front.meta["views"] == ["front"] and np.array_equal(front.arrays["frames"], want.arrays["frames"][:, :, :48])
+    assert np.array_equal(front.arrays["caption"], want.arrays["caption"]) and len(front) < len(full)
     cfg = load_train_config(None, {"task": "reach_tool", "describe.source": "pixels", "describe.weights": str(tiny_two_view_model),
                                    "judge.backend": "rules", "progress_bar": False})
     venv = make_vec_env(load_task("reach_tool"), cfg)

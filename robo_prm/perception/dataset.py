@@ -269,7 +269,7 @@ class FrameSet:
         return FrameSet(self.meta | {"views": views}, self.arrays | {"frames": np.ascontiguousarray(np.concatenate(tiles, axis=2))})
 
 
-def _load_one(folder: Path, views: list[str] | None = None) -> FrameSet:
+def _load_one(folder: Path, views: list[str] | None = None, heldout: bool | None = None) -> FrameSet:
     if not (folder / "meta.json").exists():
         raise FileNotFoundError(f"{folder}: no meta.json (make one with `robo-prm perception collect --out {folder}`)")
     meta = json.loads((folder / "meta.json").read_text())
@@ -278,6 +278,7 @@ def _load_one(folder: Path, views: list[str] | None = None) -> FrameSet:
     for p in sorted(folder.glob("shard_*.npz")):
         with np.load(p) as z:
             shard = FrameSet(meta, {k: z[k] for k in z.files})
+        shard = shard.split(heldout) if heldout is not None else shard
         for k, v in (shard.with_views(views) if views else shard).arrays.items():  # cut shard by shard: less memory
             parts.setdefault(k, []).append(v)
     if views:
@@ -288,14 +289,14 @@ def _load_one(folder: Path, views: list[str] | None = None) -> FrameSet:
 _SAME = ("tasks", "predicate_keys", "slot_names", "state_dim", "size", "views")  # what folders must share to be merged
 
 
-def load_frames(folder: str | Path | list, views: list[str] | None = None) -> FrameSet:
+def load_frames(folder: str | Path | list, views: list[str] | None = None, heldout: bool | None = None) -> FrameSet:
     """One collected folder, or several ("a,b" or a list) merged into one set: they must hold the same tasks,
     predicate columns, slots, frame size and camera views; each keeps its own held-out split (by its episode seeds,
     so collect them with different --seed), and episode numbers are offset so they stay distinct. `views`: cut the
-    frames to these camera views (`FrameSet.with_views`)."""
+    frames to these camera views (`FrameSet.with_views`); `heldout`: keep only that split (`FrameSet.split`)."""
     names = folder.split(",") if isinstance(folder, str) else folder if isinstance(folder, list) else [folder]
     folders = [Path(f) for f in names if str(f)]
-    sets = [_load_one(f, views) for f in folders]
+    sets = [_load_one(f, views, heldout) for f in folders]
     if len(sets) == 1:
         return sets[0]
     first = sets[0].meta
