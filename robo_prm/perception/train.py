@@ -234,10 +234,12 @@ def train(cfg: PerceptionTrainConfig, data: FrameSet | None = None, progress: bo
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
-    data = data.with_views(cfg.views or data.meta["views"]) if data is not None else load_frames(cfg.data, cfg.views)
-    meta = data.meta
-    train_set, held = data.split(heldout=False), data.split(heldout=True)
-    del data  # the splits are copies: tens of thousands of frames are gigabytes
+    if data is not None:
+        data = data.with_views(cfg.views or data.meta["views"])
+        train_set, held = data.split(heldout=False), data.split(heldout=True)
+    else:  # split while loading: tens of thousands of frames are gigabytes
+        train_set, held = (load_frames(cfg.data, cfg.views, heldout=h) for h in (False, True))
+    meta = train_set.meta
     net, text = _model(cfg, meta, train_set)
     n_frozen = min(cfg.freeze_blocks, cfg.trunk_blocks)
     for p in list(net.trunk.stem.parameters()) + [p for b in net.trunk.blocks[:n_frozen] for p in b.parameters()]:
