@@ -61,7 +61,7 @@ def encode(f: SceneFacts) -> dict[str, int]:
         for k in OBJECT_SLOTS | CARRIED_SLOTS:
             out[f"{sim}.{k}"] = -1
     for o in f.objects:
-        detail = o.container or (o.edge if o.place == "near_edge" else None) or o.quadrant  # no head for a carried object's edge
+        detail = o.container or (o.edge if o.place == "near_edge" else None) or o.quadrant  # a carried one: the edge head
         out[f"{o.sim}.place"] = PLACES.index((o.place, detail))
         out[f"{o.sim}.bucket"] = BUCKETS.index(o.bucket) if o.place in _BUCKETED else -1
         out[f"{o.sim}.upright"] = int(o.upright) if OBJECT_KIND[o.sim] == "fragile" else -1
@@ -74,9 +74,9 @@ def encode(f: SceneFacts) -> dict[str, int]:
 
 
 def expressible(f: SceneFacts) -> SceneFacts:
-    """The part of `f` the heads can say: everything but a carried object's edge and its way to its container
-    (`ObjectFacts.edge_gap`, `target_gap` came after the shipped heads were trained; the pixel captioner leaves those
-    clauses out until heads are trained for them)."""
+    """The part of `f` a model without the carried slots' heads (`NetConfig.carried_slots` false: those trained before
+    them) can say: everything but a carried object's edge and its way to its container (`ObjectFacts.edge_gap`,
+    `target_gap`)."""
     def said(o):
         o = replace(o, edge=None, edge_gap=None) if o.edge_gap else o
         return replace(o, target=None, target_gap=None) if o.target_gap else o
