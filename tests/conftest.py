@@ -97,12 +97,13 @@ def tiny_llama(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory):
-    """40 labelled 64-px frames of reach_tool and place_cup_in_bin (`robo-prm perception collect`)."""
+    """40 labelled 64-px frames of reach_tool and place_cup_in_bin (`robo-prm perception collect`), front camera only
+    (a one-view model, like those trained before camera views were a choice)."""
     from robo_prm.perception.dataset import CollectConfig, collect
 
     out = tmp_path_factory.mktemp("frames")
-    meta = collect(CollectConfig(tasks=["reach_tool", "place_cup_in_bin"], frames=40, size=64, stride=2, heldout_every=3,
-                                 max_steps=20, seed=1), out, progress=False)
+    meta = collect(CollectConfig(tasks=["reach_tool", "place_cup_in_bin"], frames=40, size=64, views=["front"], stride=2,
+                                 heldout_every=3, max_steps=20, seed=1), out, progress=False)
     return out, meta
 
 
