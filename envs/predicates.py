@@ -152,6 +152,11 @@ MAX_SOURCE_CHARS = 500  # a task's longest shipped predicate is ~90 characters
 MAX_DEPTH = 24  # nesting of and/or/not/arithmetic/calls; bounded before the recursive compile
 
 
+def _one_line(text: str) -> str:
+    """The text as an error message quotes it: whitespace runs (newlines of a YAML block) as one space."""
+    return " ".join(text.split())
+
+
 def compile_predicate(source: str, names: dict[str, str], want: str = "bool") -> Predicate:
     """Parse and type-check `source`. `names` maps every word usable in it to a sim name.
 
@@ -164,7 +169,7 @@ def compile_predicate(source: str, names: dict[str, str], want: str = "bool") ->
     try:
         tree = ast.parse(source.strip(), mode="eval").body
     except SyntaxError as exc:
-        raise PredicateError(f"cannot parse '{source}': {exc.msg}") from None
+        raise PredicateError(f"cannot parse '{_one_line(source)}': {_one_line(exc.msg)}") from None
     except (RecursionError, MemoryError, ValueError):
         raise PredicateError("cannot parse: nested too deeply") from None
     if _depth(tree) > MAX_DEPTH:
@@ -172,7 +177,7 @@ def compile_predicate(source: str, names: dict[str, str], want: str = "bool") ->
     mentioned: list[str] = []
     fn, kind = _compile(tree, names, mentioned)
     if kind != want:
-        raise PredicateError(f"'{source}' gives a {kind_word(kind)}, expected a {kind_word(want)}")
+        raise PredicateError(f"'{_one_line(source)}' gives a {kind_word(kind)}, expected a {kind_word(want)}")
     moved = [_resolve(c.args[0], "obj", names, []) for c in _calls(tree, "moved")]
     puts = [(_resolve(c.args[0], "obj", names, []), _resolve(c.args[1], "container", names, []))
             for c in _calls(tree, "inside")]

@@ -75,7 +75,7 @@ def test_predicate_parser_fuzz(source):
     try:
         compile_predicate(source, NAMES)
     except PredicateError as exc:
-        assert "\n" not in str(exc) or "cannot parse" in str(exc)
+        assert "\n" not in str(exc)  # one line, whatever the text held
 
 
 _ATOMS = st.sampled_from(["grasped(hammer)", "near(gripper, hammer)", "distance(gripper, hammer) < 0.1",
