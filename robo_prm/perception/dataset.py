@@ -36,7 +36,8 @@ class CollectConfig:
     tasks: list[str] = opt(["reach_tool", "push_tool_from_edge", "place_cup_in_bin", "tidy_table"], "tasks to roll out")
     frames: int = opt(14_000, "frames in total (train + held-out)")
     size: int = opt(128, "frame width = height of each camera view, pixels")
-    views: list[str] = opt(["front", "side"], "camera views, side by side in each frame (envs/tidy_env.py VIEWS: front, side; the shipped model reads both)")
+    views: list[str] = opt(["front", "side"], "camera views side by side in each frame (envs/tidy_env.py VIEWS; "
+                               "the shipped model reads front,side)")
     stride: int = opt(3, "keep every stride-th step of an episode")
     heldout_every: int = opt(6, "every n-th round of episodes (one per task, by seed) is held out")
     scatter: float = opt(0.35, "share of episodes that start from a scattered scene")
