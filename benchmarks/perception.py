@@ -41,11 +41,12 @@ from robo_prm.metrics import fact_f1, prf, voc
 from robo_prm.perception.dataset import load_frames
 from robo_prm.perception.train import pooled_hazards, predict, slot_accuracy
 from robo_prm.perception.weights import load_perception
+from robo_prm.perception.thresholds import threshold_of
 from robo_prm.provenance import load_average, provenance
 from robo_prm.envs.task import load_task
 
 
-def predicates(out, held, threshold_hazard: float) -> dict:
+def predicates(out, held, threshold_hazard) -> dict:
     keys = held.meta["predicate_keys"]
     prob = 1 / (1 + np.exp(-out["preds"]))
     res = {}
@@ -53,12 +54,12 @@ def predicates(out, held, threshold_hazard: float) -> dict:
         m = held.arrays["preds"][:, c] >= 0
         if not m.any():
             continue
-        thr = threshold_hazard if ":hazard/" in k else 0.5
+        thr = threshold_of(threshold_hazard, k) if ":hazard/" in k else 0.5
         res[k] = prf(prob[m, c] > thr, held.arrays["preds"][m, c] == 1)
     return {"per_predicate": res, "hazards_pooled": pooled_hazards(out, held, threshold_hazard)}
 
 
-def slot_texts(out, held, net, threshold_hazard: float) -> list[str]:
+def slot_texts(out, held, net, threshold_hazard) -> list[str]:
     """The slot heads' caption of every held-out frame, in held-out order."""
     from robo_prm.perception.captioner import PixelCaptioner
 
@@ -136,7 +137,7 @@ def retrieval(out, held, clip) -> dict:
 RADII = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
 
 
-def cache_reuse(out, held, net, threshold_hazard: float, radii=RADII) -> dict:
+def cache_reuse(out, held, net, threshold_hazard, radii=RADII) -> dict:
     """How the reward's judgement cache (robo_prm/reward/cache.py: exact caption text first, then the nearest
     stored CLIP embedding within `reward.cache_radius`, a distance between unit vectors) behaves on pixel
     descriptions.

@@ -1,4 +1,5 @@
-"""benchmarks/hazard_thresholds.py: the threshold searches on hand-made hazard probabilities."""
+"""benchmarks/hazard_thresholds.py and robo_prm/perception/thresholds.py: the threshold searches on hand-made
+hazard probabilities."""
 import numpy as np
 
 
@@ -12,7 +13,7 @@ def _heads():
 def test_pooled_counts_skip_frames_where_a_hazard_is_not_checked(load_benchmark):
     b = load_benchmark("hazard_thresholds")
     p, truth = _heads()
-    assert b.counts(p, truth, [0.5, 0.5]) == (4, 4, 6)  # head 1's 0.6 on unchecked frames is no false alarm
+    assert b.pooled_counts(p, truth, [0.5, 0.5]) == (4, 4, 6)  # head 1's 0.6 on unchecked frames is no false alarm
     assert b.pr(p, truth, [0.3, 0.5]) == {"precision": 6 / 7, "recall": 1.0}  # 0.38 flagged
 
 
@@ -27,6 +28,6 @@ def test_best_at_precision_keeps_the_floor(load_benchmark):
     b = load_benchmark("hazard_thresholds")
     p, truth = _heads()
     # head 0's two positives at 0.4 come with its negative at 0.38 (no grid point between): precision 6 / 7
-    assert b.best_at_precision(p, truth, floor=0.8) == [0.35, 0.5]
+    assert b.fit_for_precision(p, truth, floor=0.8) == [0.35, 0.5]
     assert b.pr(p, truth, [0.35, 0.5]) == {"precision": 6 / 7, "recall": 1.0}
-    assert b.best_at_precision(p, truth, floor=0.9) == [0.5, 0.5]  # the floor forbids it: recall stays 4 / 6
+    assert b.fit_for_precision(p, truth, floor=0.9) == [0.5, 0.5]  # the floor forbids it: recall stays 4 / 6

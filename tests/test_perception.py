@@ -533,3 +533,37 @@ def test_train_clip_then_captioner_from_it(tiny_data, tiny_text, tmp_path):
     cap_dir = train(captioner_defaults(PerceptionTrainConfig(out=str(tmp_path / "cap"), init=str(clip_dir), **base)), progress=False)
     a, b = load_perception(clip_dir).net, load_perception(cap_dir).net
     assert not torch.equal(a.slots.weight, b.slots.weight)  # the heads trained in the second stage
+
+
+def test_per_hazard_thresholds_are_calibrated_on_unseen_frames_and_read_by_the_captioner(tiny_model, tiny_data, make_env, tmp_path):
+    """`perception calibrate-hazards` writes one threshold per hazard key into config.json; the captioner flags a hazard
+    by its own key's threshold and by "*" (the folder's single threshold) for keys without one."""
+    import json
+    import shutil
+
+    from robo_prm.cli import main
+    from robo_prm.perception.weights import _load, load_perception
+    from robo_prm.envs.task import load_task
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model, folder)
+    assert main(["perception", "calibrate-hazards", "--weights", str(folder), "--data", str(tiny_data[0]),
+                 "--split", "heldout", "--floor", "0.0"]) == 0
+    cfg = json.loads((folder / "config.json").read_text())
+    keys = [k for k in cfg["net"]["predicate_keys"] if ":hazard/" in k]
+    assert set(cfg["hazard_thresholds"]) == set(keys) and all(0.0 < v < 1.0 for v in cfg["hazard_thresholds"].values())
+    assert json.loads((folder / "manifest.json").read_text())["hazard_thresholds"]["floor"] == 0.0
+
+    task = load_task("place_cup_in_bin")
+    env = make_env("place_cup_in_bin", render_mode="rgb_array", width=64, height=64)
+    env.reset(seed=0)
+    frame = env.render()
+    names = list(task.hazard_checks)
+    first = f"place_cup_in_bin:hazard/{names[0]}"
+    for per_key, star, want in (({first: 0.0}, 1.0, {names[0]}),  # only the first key is ever flagged
+                                ({first: 1.0}, 0.0, set(names[1:]))):  # every key but the first
+        cfg["hazard_thresholds"], cfg["hazard_threshold"] = per_key, star
+        (folder / "config.json").write_text(json.dumps(cfg))
+        _load.cache_clear()
+        assert set(load_perception(folder).captioner(task)(frame).hazards) == want
+    _load.cache_clear()

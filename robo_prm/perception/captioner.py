@@ -14,6 +14,7 @@ import torch
 from robo_prm.perception.backbone import to_tensor
 from robo_prm.describe.render import render
 from robo_prm.perception.slots import decode, state_from_vector
+from robo_prm.perception.thresholds import Thresholds, thresholds_for
 from robo_prm.envs.task import Task
 from robo_prm.types import SceneDescription
 
@@ -23,13 +24,15 @@ class PixelCaptioner:
 
     needs_frame = True
 
-    def __init__(self, task: Task, net, milestone_line: bool = True, hazard_threshold: float = 0.5,
+    def __init__(self, task: Task, net, milestone_line: bool = True, hazard_threshold: Thresholds = 0.5,
                  goal_embedding: np.ndarray | None = None):
-        """goal_embedding: the task goal's CLIP text embedding; given, each description carries goal_similarity."""
+        """goal_embedding: the task goal's CLIP text embedding; given, each description carries goal_similarity.
+        hazard_threshold: one number, or per hazard key ("task:hazard/name", "*" for the rest)."""
         self.task, self.net = task, net.eval()
         self.goal = None if goal_embedding is None else goal_embedding / max(float(np.linalg.norm(goal_embedding)), 1e-8)
         self.milestone_line = milestone_line and bool(task.milestone_checks)
         self.hazard_threshold = hazard_threshold
+        self.hazard_cut = thresholds_for(hazard_threshold, [f"{task.name}:hazard/{h}" for h in task.hazard_checks])
         keys = list(net.cfg.predicate_keys)
         wanted = [f"{task.name}:{k}" for k in self._task_keys()]
         self.columns = [keys.index(k) for k in wanted] if all(k in keys for k in wanted) and task.name in net.cfg.tasks else None
@@ -83,7 +86,7 @@ class PixelCaptioner:
         if self.columns is not None:
             p = 1.0 / (1.0 + np.exp(-out["preds"][i, self.columns]))
             ms = p[1:1 + n_ms] > 0.5
-            hz = p[1 + n_ms:] > self.hazard_threshold
+            hz = p[1 + n_ms:] > self.hazard_cut
             reached = max((k + 1 for k, held in enumerate(ms) if held), default=0)
             hazards = tuple(h for h, on in zip(task.hazard_checks, hz) if on)
             rule_progress = float(1.0 / (1.0 + np.exp(-out["progress"][i, self.task_index])))

@@ -1,11 +1,12 @@
-"""CLI wiring for `robo-prm perception collect | train-clip | train-captioner | caption | goal-sim`.
+"""CLI wiring for `robo-prm perception collect | train-clip | train-captioner | calibrate-hazards | caption | goal-sim`.
 
-Every flag is a field: `CollectConfig` (+ `--out`), `PerceptionTrainConfig`, `CaptionArgs`, `GoalSimArgs`.
+Every flag is a field: `CollectConfig` (+ `--out`), `PerceptionTrainConfig`, `CalibrateArgs`, `CaptionArgs`, `GoalSimArgs`.
 
     robo-prm perception collect --tasks reach_tool,tidy_table --frames 14000 --size 128 --out DIR
     robo-prm perception train-clip --data DIR --out CLIP_DIR [--epochs 8 --lr 2e-3 ...]
     robo-prm perception train-captioner --data DIR --init CLIP_DIR --out DIR
     robo-prm perception train-coca --data DIR --out COCA_DIR                    # open_clip CoCa captioner
+    robo-prm perception calibrate-hazards --weights DIR --data FRAMES            # per-hazard thresholds on unseen frames
     robo-prm perception caption --task tidy_table --seed 0 [--weights DIR]      # pixel vs state caption
     robo-prm perception goal-sim --task place_cup_in_bin [--clip.arch ViT-B-32 --clip.weights /path]
 """
@@ -15,6 +16,7 @@ import json
 import shlex
 import sys
 from dataclasses import dataclass, fields
+from typing import Literal
 
 from robo_prm.config_flags import add_config_args, config_command, opt
 from robo_prm.perception.clip import ClipConfig
@@ -34,6 +36,17 @@ class CaptionArgs:
     steps: int = opt(0, "scripted-expert steps before the frame")
     weights: str | None = opt(None, "perception folder (null: the shipped one)")
     caption_model: str | None = opt(None, "a CoCa captioner folder (`train-coca`): its caption is the pixel caption")
+
+
+@dataclass
+class CalibrateArgs:
+    data: str = opt(help="collected frames the model did not train on (several: comma-separated)")
+    weights: str = opt(help="the perception folder whose config.json gets the thresholds")
+    split: Literal["all", "heldout", "train"] = opt("all", "which frames of --data: all (collections the model never "
+                                                    "saw), or the heldout / train split of its folders")
+    floor: float = opt(0.91, "pooled hazard precision to keep on these frames (the aim on unseen ones: 0.9, plus a margin)",
+                       min=0.0, max=1.0)
+    threads: int = opt(1, "torch threads")
 
 
 @dataclass
@@ -75,6 +88,32 @@ def cmd_train_coca(cfg) -> int:
     out = train(cfg, command=command)
     print(json.dumps(json.loads((out / "manifest.json").read_text())["metrics_heldout_sample"], indent=1))
     print(f"wrote {out}")
+    return 0
+
+
+def cmd_calibrate(args: CalibrateArgs) -> int:
+    """Per hazard head, the threshold that reads the most hazards while pooled precision stays ≥ --floor on frames
+    the model did not train on; written into the folder's config.json (`hazard_thresholds`)."""
+    import torch
+
+    from robo_prm.perception.dataset import load_frames
+    from robo_prm.perception.calibrate import hazard_probs, write_thresholds
+    from robo_prm.perception.thresholds import fit_for_precision, pooled_counts
+    from robo_prm.perception.weights import load_perception
+
+    torch.set_num_threads(args.threads)
+    bundle = load_perception(args.weights)
+    frames = load_frames(args.data, list(bundle.net.cfg.views), heldout={"all": None, "heldout": True, "train": False}[args.split])
+    try:
+        p, truth, keys = hazard_probs(bundle, frames)
+    except ValueError as exc:
+        raise SystemExit(f"robo-prm: error: --data: {exc}") from None
+    chosen = fit_for_precision(p, truth, args.floor)
+    tp, flagged, positives = pooled_counts(p, truth, chosen)
+    fit = {"precision": tp / max(flagged, 1), "recall": tp / max(positives, 1), "frames": len(frames)}
+    write_thresholds(args.weights, dict(zip(keys, chosen)),
+                     {"chosen_on": f"{args.data} ({args.split} frames)", "floor": args.floor, "there": fit})
+    print(json.dumps({"thresholds": dict(zip(keys, chosen)), "there": fit}, indent=1))
     return 0
 
 
@@ -158,6 +197,9 @@ def add_perception_commands(p) -> None:
     k = ps.add_parser("caption", help="caption a rendered frame from pixels and compare with the state caption")
     add_config_args(k, CaptionArgs)
     k.set_defaults(func=config_command(CaptionArgs, cmd_caption))
+    h = ps.add_parser("calibrate-hazards", help="per hazard head, the threshold for the most recall at a precision floor")
+    add_config_args(h, CalibrateArgs)
+    h.set_defaults(func=config_command(CalibrateArgs, cmd_calibrate))
     g = ps.add_parser("goal-sim", help="frame ↔ goal-text similarity along a scripted episode")
     add_config_args(g, GoalSimArgs)
     g.set_defaults(func=config_command(GoalSimArgs, cmd_goal_sim))

@@ -28,6 +28,7 @@ from robo_prm.perception.clip import TextTower, clip_loss
 from robo_prm.perception.dataset import FrameSet, load_frames
 from robo_prm.perception.model import NetConfig, PerceptionNet
 from robo_prm.perception.slots import slot_names
+from robo_prm.perception.thresholds import Thresholds, thresholds_for
 from robo_prm.perception.weights import load_perception, save_perception
 from robo_prm.envs.task import load_task
 from robo_prm.metrics import accuracy, prf
@@ -305,7 +306,7 @@ def predict(net: PerceptionNet, frames: np.ndarray, batch: int = 256) -> dict[st
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
-def caption_matches(net: PerceptionNet, held: FrameSet, out: dict[str, np.ndarray], hazard_threshold: float = 0.5,
+def caption_matches(net: PerceptionNet, held: FrameSet, out: dict[str, np.ndarray], hazard_threshold: Thresholds = 0.5,
                     milestone_line: bool = True) -> dict[str, list[bool]]:
     """Per task: does each frame's pixel caption equal its state caption (`out` = predict(net, frames))?"""
     from robo_prm.perception.captioner import PixelCaptioner
@@ -342,14 +343,15 @@ def hazard_columns(keys: list[str]) -> list[int]:
     return [c for c, k in enumerate(keys) if ":hazard/" in k]
 
 
-def pooled_hazards(out: dict[str, np.ndarray], held: FrameSet, hazard_threshold: float) -> dict:
-    """Precision, recall, F1 of every hazard predicate head pooled (probability > threshold), over the frames
+def pooled_hazards(out: dict[str, np.ndarray], held: FrameSet, hazard_threshold: Thresholds) -> dict:
+    """Precision, recall, F1 of every hazard predicate head pooled (probability > its threshold), over the frames
     where the hazard is checked (the frame's task has it)."""
-    hz = hazard_columns(held.meta["predicate_keys"])
+    keys = held.meta["predicate_keys"]
+    hz = hazard_columns(keys)
     truth = held.arrays["preds"][:, hz]
     known = truth >= 0
     prob = 1 / (1 + np.exp(-out["preds"][:, hz]))
-    return prf((prob > hazard_threshold)[known], (truth == 1)[known])
+    return prf((prob > thresholds_for(hazard_threshold, [keys[c] for c in hz])[None])[known], (truth == 1)[known])
 
 
 def evaluate(net: PerceptionNet, held: FrameSet, hazard_threshold: float = 0.5) -> dict:

@@ -17,6 +17,7 @@ import torch
 
 from robo_prm.perception.clip import ClipConfig, ClipModel, OpenClip, RoboClip, TextTower
 from robo_prm.perception.model import NetConfig, PerceptionNet
+from robo_prm.perception.thresholds import Thresholds
 
 WEIGHTS_FILE, CONFIG_FILE, MANIFEST_FILE = "perception.safetensors", "config.json", "manifest.json"
 
@@ -30,7 +31,7 @@ class PerceptionBundle:
     net: PerceptionNet
     text: TextTower
     folder: Path
-    hazard_threshold: float = 0.5
+    hazard_threshold: Thresholds = 0.5  # one number, or per hazard key with "*" for the rest (perception/thresholds.py)
     manifest: dict | None = None
 
     def clip(self) -> RoboClip:
@@ -98,7 +99,9 @@ def _load(folder: str) -> PerceptionBundle:
         text._cache[t] = v
     net.eval()
     manifest = json.loads((path / MANIFEST_FILE).read_text()) if (path / MANIFEST_FILE).exists() else None
-    return PerceptionBundle(net, text, path, float(cfg.get("hazard_threshold", 0.5)), manifest)
+    threshold = float(cfg.get("hazard_threshold", 0.5))
+    per_key = cfg.get("hazard_thresholds")
+    return PerceptionBundle(net, text, path, {**per_key, "*": threshold} if per_key else threshold, manifest)
 
 
 def load_perception(folder: str | Path | None = None) -> PerceptionBundle:
