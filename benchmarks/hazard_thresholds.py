@@ -23,14 +23,12 @@ from robo_prm.perception.thresholds import GRID, fit_for_precision, pooled_count
 def hazard_probs_of(data: str, weights: str | None, threads: int, split: str = "all"):
     import torch
 
-    from robo_prm.perception.calibrate import hazard_probs
-    from robo_prm.perception.dataset import load_frames
+    from robo_prm.perception.calibrate import frames_for, hazard_probs
     from robo_prm.perception.weights import load_perception
 
     torch.set_num_threads(threads)
     bundle = load_perception(weights)
-    frames = load_frames(data, list(bundle.net.cfg.views), heldout={"all": None, "heldout": True, "train": False}[split])
-    return hazard_probs(bundle, frames)
+    return hazard_probs(bundle, frames_for(bundle, data, split))
 
 
 def pr(p, truth, thresholds) -> dict:

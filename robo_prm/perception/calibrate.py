@@ -7,8 +7,16 @@ from pathlib import Path
 
 import numpy as np
 
+from robo_prm.perception.dataset import FrameSet, load_frames
 from robo_prm.perception.train import hazard_columns, predict
 from robo_prm.perception.weights import CONFIG_FILE, MANIFEST_FILE, _load
+
+SPLITS = {"all": None, "heldout": True, "train": False}  # --split → load_frames(heldout=…)
+
+
+def frames_for(bundle, data: str, split: str = "all") -> FrameSet:
+    """The frames of `data` (comma-separated folders) that the model reads: its camera views, one split or all."""
+    return load_frames(data, list(bundle.net.cfg.views), heldout=SPLITS[split])
 
 
 def hazard_probs(bundle, frames) -> tuple[np.ndarray, np.ndarray, list[str]]:

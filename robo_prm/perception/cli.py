@@ -96,17 +96,19 @@ def cmd_calibrate(args: CalibrateArgs) -> int:
     the model did not train on; written into the folder's config.json (`hazard_thresholds`)."""
     import torch
 
-    from robo_prm.perception.dataset import load_frames
-    from robo_prm.perception.calibrate import hazard_probs, write_thresholds
+    from robo_prm.perception.calibrate import frames_for, hazard_probs, write_thresholds
     from robo_prm.perception.thresholds import fit_for_precision, pooled_counts
     from robo_prm.perception.weights import load_perception
 
     torch.set_num_threads(args.threads)
-    bundle = load_perception(args.weights)
-    frames = load_frames(args.data, list(bundle.net.cfg.views), heldout={"all": None, "heldout": True, "train": False}[args.split])
     try:
+        bundle = load_perception(args.weights)
+    except FileNotFoundError as exc:
+        raise SystemExit(f"robo-prm: error: --weights: {exc}") from None
+    try:
+        frames = frames_for(bundle, args.data, args.split)
         p, truth, keys = hazard_probs(bundle, frames)
-    except ValueError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"robo-prm: error: --data: {exc}") from None
     chosen = fit_for_precision(p, truth, args.floor)
     tp, flagged, positives = pooled_counts(p, truth, chosen)
