@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robo_prm.perception.thresholds import GRID, fit_for_precision, pooled_counts
+from robo_prm.perception.thresholds import GRID, fit_for_precision, pooled_pr
 
 
 def hazard_probs_of(data: str, weights: str | None, threads: int, split: str = "all"):
@@ -29,11 +29,6 @@ def hazard_probs_of(data: str, weights: str | None, threads: int, split: str = "
     torch.set_num_threads(threads)
     bundle = load_perception(weights)
     return hazard_probs(bundle, frames_for(bundle, data, split))
-
-
-def pr(p, truth, thresholds) -> dict:
-    tp, flagged, positives = pooled_counts(p, truth, thresholds)
-    return {"precision": tp / max(flagged, 1), "recall": tp / max(positives, 1)}
 
 
 def per_head_for_recall(p, truth, target: float, min_positives: int = 20) -> list[float]:
@@ -65,12 +60,12 @@ def main() -> None:
     result = {
         "data": args.data, "split": args.split, "weights": args.weights or "shipped", "frames": int(len(p)),
         "positives": {k: int((truth[:, c] == 1).sum()) for c, k in enumerate(keys)},
-        "uniform": {str(g): pr(p, truth, [g] * len(keys)) for g in GRID},
-        "per_head_recall": {str(r): {"thresholds": dict(zip(keys, th)), **pr(p, truth, th)}
+        "uniform": {str(g): pooled_pr(p, truth, [g] * len(keys)) for g in GRID},
+        "per_head_recall": {str(r): {"thresholds": dict(zip(keys, th)), **pooled_pr(p, truth, th)}
                             for r in (0.95, 0.96, 0.97, 0.98) for th in [per_head_for_recall(p, truth, r)]},
     }
     th = fit_for_precision(p, truth, 0.9)
-    result["best_at_precision_0.9"] = {"thresholds": dict(zip(keys, th)), **pr(p, truth, th)}
+    result["best_at_precision_0.9"] = {"thresholds": dict(zip(keys, th)), **pooled_pr(p, truth, th)}
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"0.5 everywhere: {result['uniform']['0.5']}\nbest per head at precision ≥ 0.9: "
           f"{ {k: round(v, 3) for k, v in result['best_at_precision_0.9'].items() if k != 'thresholds'} }")

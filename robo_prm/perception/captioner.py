@@ -31,7 +31,6 @@ class PixelCaptioner:
         self.task, self.net = task, net.eval()
         self.goal = None if goal_embedding is None else goal_embedding / max(float(np.linalg.norm(goal_embedding)), 1e-8)
         self.milestone_line = milestone_line and bool(task.milestone_checks)
-        self.hazard_threshold = hazard_threshold
         self.hazard_cut = thresholds_for(hazard_threshold, [f"{task.name}:hazard/{h}" for h in task.hazard_checks])
         keys = list(net.cfg.predicate_keys)
         wanted = [f"{task.name}:{k}" for k in self._task_keys()]

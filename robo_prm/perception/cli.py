@@ -97,7 +97,7 @@ def cmd_calibrate(args: CalibrateArgs) -> int:
     import torch
 
     from robo_prm.perception.calibrate import frames_for, hazard_probs, write_thresholds
-    from robo_prm.perception.thresholds import fit_for_precision, pooled_counts
+    from robo_prm.perception.thresholds import fit_for_precision, pooled_pr
     from robo_prm.perception.weights import load_perception
 
     torch.set_num_threads(args.threads)
@@ -111,8 +111,7 @@ def cmd_calibrate(args: CalibrateArgs) -> int:
     except (FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"robo-prm: error: --data: {exc}") from None
     chosen = fit_for_precision(p, truth, args.floor)
-    tp, flagged, positives = pooled_counts(p, truth, chosen)
-    fit = {"precision": tp / max(flagged, 1), "recall": tp / max(positives, 1), "frames": len(frames)}
+    fit = {**pooled_pr(p, truth, chosen), "frames": len(frames)}
     write_thresholds(args.weights, dict(zip(keys, chosen)),
                      {"chosen_on": f"{args.data} ({args.split} frames)", "floor": args.floor, "there": fit})
     print(json.dumps({"thresholds": dict(zip(keys, chosen)), "there": fit}, indent=1))

@@ -32,6 +32,12 @@ def pooled_counts(p: np.ndarray, truth: np.ndarray, thresholds: Sequence[float])
     return int((hit & pos & known).sum()), int((hit & known).sum()), int((pos & known).sum())
 
 
+def pooled_pr(p: np.ndarray, truth: np.ndarray, thresholds: Sequence[float]) -> dict:
+    """{"precision", "recall"} of the hazard heads pooled (pooled_counts)."""
+    tp, flagged, positives = pooled_counts(p, truth, thresholds)
+    return {"precision": tp / max(flagged, 1), "recall": tp / max(positives, 1)}
+
+
 def fit_for_precision(p: np.ndarray, truth: np.ndarray, floor: float = 0.9, start: float = 0.5) -> list[float]:
     """Per head (column) a threshold from GRID: from `start` everywhere, keep moving the one head whose change buys
     the most pooled recall per false alarm while pooled precision stays ≥ floor (greedy)."""
