@@ -11,7 +11,8 @@ On the held-out split of a `robo-prm perception collect` folder (episodes whose 
   plus per-slot accuracy, and per-fact F1 (`robo_prm.metrics.caption_facts`: one fact per clause);
 * with --coca: the same for the open_clip CoCa captioner's greedy captions, and its own retrieval;
 * text → image retrieval: every distinct held-out caption as a query over all held-out frames; a hit at k
-  when one of the k most similar frames has exactly that caption (recall@1, @5);
+  when one of the k best frames has exactly that caption (recall@1, @5): by the CLIP embedding's cosine, and by the
+  captioner's likelihood of the caption (perception/retrieve.py, what `robo-prm perception search` does);
 * judgement cache: exact-text and nearest-neighbour hit rates of the reward's cache on the held-out pixel
   descriptions, per `reward.cache_radius`, and how far apart in true rule progress the reused scenes are;
 * VOC: Spearman ρ between time index and CLIP goal similarity (frame vs the task's goal text) on fresh
@@ -22,7 +23,7 @@ On the held-out split of a `robo-prm perception collect` folder (episodes whose 
 
 Writes the detail JSON (--out) and the headline (--summary: exactly caption_exact_match, fact_f1, hazard_recall,
 hazard_precision, recall_at_1, recall_at_5, held-out, all tasks; captions and retrieval from --headline's model,
-hazards from the perception model's heads), and prints a markdown table with the date, machine, load and command.
+the slot model's retrieval by --retrieval, hazards from the perception model's heads), and prints a markdown table with the date, machine, load and command.
 """
 from __future__ import annotations
 
@@ -117,6 +118,12 @@ def coca_captions(folder: str, held, slot_captions: list[str], batch: int = 64) 
     return res
 
 
+def _recall(top: np.ndarray, caps: np.ndarray, queries: list[str]) -> tuple[float, float]:
+    """recall@1, @5: the best frame / one of the 5 best (`top`, (Q, ≥5) indices) has exactly the query's caption."""
+    hit = caps[top[:, :5]] == np.asarray(queries)[:, None]
+    return float(hit[:, 0].mean()), float(hit.any(axis=1).mean())
+
+
 @torch.no_grad()
 def retrieval(out, held, clip) -> dict:
     img = torch.as_tensor(out["embed"])
@@ -124,14 +131,27 @@ def retrieval(out, held, clip) -> dict:
     queries = sorted(set(caps))
     txt = clip.encode_text(queries)
     sim = (txt @ img.T).numpy()  # (Q, N)
-    top = np.argsort(-sim, axis=1)[:, :5]
-    r1 = np.mean([caps[top[q, 0]] == queries[q] for q in range(len(queries))])
-    r5 = np.mean([any(caps[i] == queries[q] for i in top[q]) for q in range(len(queries))])
+    r1, r5 = _recall(np.argsort(-sim, axis=1)[:, :5], caps, queries)
     # image → text over the same distinct captions
     best = np.argmax(sim, axis=0)
     i2t = np.mean([queries[best[i]] == caps[i] for i in range(len(caps))])
-    return {"queries": len(queries), "gallery": len(caps), "text_to_image_recall@1": float(r1),
-            "text_to_image_recall@5": float(r5), "image_to_text_recall@1": float(i2t)}
+    return {"queries": len(queries), "gallery": len(caps), "text_to_image_recall@1": r1,
+            "text_to_image_recall@5": r5, "image_to_text_recall@1": float(i2t)}
+
+
+def retrieval_by_caption(out, held, net) -> dict:
+    """The same queries ranked by the captioner's likelihood of each caption (`perception search`)."""
+    from robo_prm.perception.retrieve import CaptionRetriever
+
+    caps = held.arrays["caption"]
+    queries = sorted(set(caps))
+    retriever = CaptionRetriever(net, out, np.asarray(held.meta["tasks"])[held.arrays["task"]])
+    t0 = time.perf_counter()
+    top = np.stack([retriever.search(q, 5) for q in queries])
+    ms = 1e3 * (time.perf_counter() - t0) / len(queries)
+    r1, r5 = _recall(top, caps, queries)
+    return {"queries": len(queries), "gallery": len(caps), "text_to_image_recall@1": r1, "text_to_image_recall@5": r5,
+            "ms_per_query": ms}
 
 
 RADII = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
@@ -271,6 +291,9 @@ def main(argv=None) -> int:
                     "is not installed (retrieval embeds every held-out caption)")
     ap.add_argument("--coca", help="also score an open_clip CoCa captioner folder (`robo-prm perception train-coca`)")
     ap.add_argument("--headline", choices=("slots", "coca"), default="slots", help="whose captions and retrieval --summary reports")
+    ap.add_argument("--retrieval", choices=("captioner", "clip"), default="captioner",
+                    help="the slot model's text → image search in --summary: by its caption likelihood (what `robo-prm "
+                    "perception search` does) or by the CLIP embedding's cosine")
     ap.add_argument("--out", default="benchmarks/results/perception_detail.json")
     ap.add_argument("--summary", default="benchmarks/results/perception.json")
     args = ap.parse_args(argv)
@@ -294,6 +317,7 @@ def main(argv=None) -> int:
         "predicates": predicates(out, held, bundle.hazard_threshold),
         "captions": captions(texts, out, held),
         "retrieval": retrieval(out, held, bundle.clip()),
+        "retrieval_captioner": retrieval_by_caption(out, held, net),
         "cache": cache_reuse(out, held, net, bundle.hazard_threshold),
     }
     if args.coca:
@@ -304,15 +328,16 @@ def main(argv=None) -> int:
     result["load_at_end"] = load_average()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
-    Path(args.summary).write_text(json.dumps(headline(result, args.headline), indent=1))
+    Path(args.summary).write_text(json.dumps(headline(result, args.headline, args.retrieval), indent=1))
     print(table(result))
     return 0
 
 
-def headline(r: dict, captioner: str) -> dict:
-    """The issue's six figures: captions and retrieval of `captioner`, hazards of the perception model's heads."""
+def headline(r: dict, captioner: str, retrieval_by: str = "captioner") -> dict:
+    """The issue's six figures: captions and retrieval of `captioner` (the slot model's search: `retrieval_by`),
+    hazards of the perception model's heads."""
     cap = r["coca"]["describer"] if captioner == "coca" else r["captions"]
-    rt = r["coca"]["retrieval"] if captioner == "coca" else r["retrieval"]
+    rt = r["coca"]["retrieval"] if captioner == "coca" else r["retrieval_captioner" if retrieval_by == "captioner" else "retrieval"]
     hz = r["predicates"]["hazards_pooled"]
     return {"caption_exact_match": cap["exact_match"], "fact_f1": cap["fact_f1"], "hazard_recall": hz["recall"],
             "hazard_precision": hz["precision"], "recall_at_1": rt["text_to_image_recall@1"],
@@ -351,6 +376,11 @@ def table(r: dict) -> str:
               f"| text → image recall@1 ({rt['queries']} distinct captions, {rt['gallery']} frames) | {_f(rt['text_to_image_recall@1'])} |",
               f"| text → image recall@5 | {_f(rt['text_to_image_recall@5'])} |",
               f"| image → text recall@1 | {_f(rt['image_to_text_recall@1'])} |"]
+    if "retrieval_captioner" in r:
+        rc = r["retrieval_captioner"]
+        lines += [f"| by the captioner's likelihood (`perception search`): text → image recall@1 / @5 | "
+                  f"**{_f(rc['text_to_image_recall@1'])}** / {_f(rc['text_to_image_recall@5'])} |",
+                  f"| by the captioner's likelihood: ms per query over the gallery | {_f(rc['ms_per_query'], 1)} |"]
     if "coca" in r:
         rc = r["coca"]["retrieval"]
         lines += [f"| CoCa: text → image recall@1 / @5, image → text @1 | {_f(rc['text_to_image_recall@1'])} / "

@@ -567,3 +567,27 @@ def test_per_hazard_thresholds_are_calibrated_on_unseen_frames_and_read_by_the_c
         _load.cache_clear()
         assert set(load_perception(folder).captioner(task)(frame).hazards) == want
     _load.cache_clear()
+
+
+def test_search_lists_the_frames_that_fit_a_caption_and_writes_them_as_one_image(tiny_model, tiny_data, tmp_path, capsys):
+    """`perception search`: a frame's own caption lists k frames with the frame's state captions, as one PNG; a
+    sentence of a caption is enough; a missing folder is one line naming --data."""
+    import imageio.v3 as iio
+
+    from robo_prm.cli import main
+    from robo_prm.perception.dataset import load_frames
+
+    frames = load_frames(str(tiny_data[0]))
+    caption = str(frames.arrays["caption"][0])
+    out = tmp_path / "hits.png"
+    assert main(["perception", "search", "--weights", str(tiny_model), "--data", str(tiny_data[0]), "--query", caption,
+                 "--k", "3", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "scored by the captioner" in lines[0] and len([ln for ln in lines if " episode " in ln]) == 3
+    assert iio.imread(out).shape == (frames.arrays["frames"].shape[1], 3 * frames.arrays["frames"].shape[2], 3)
+    first_sentence = caption.split(". ")[1] + "."  # the object's sentence alone
+    assert main(["perception", "search", "--weights", str(tiny_model), "--data", str(tiny_data[0]),
+                 "--query", first_sentence, "--k", "2"]) == 0
+    assert "scored by the captioner" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--data"):
+        main(["perception", "search", "--weights", str(tiny_model), "--data", str(tmp_path / "nothing"), "--query", "x"])

@@ -1,6 +1,8 @@
-"""CLI wiring for `robo-prm perception collect | train-clip | train-captioner | calibrate-hazards | caption | goal-sim`.
+"""CLI wiring for `robo-prm perception collect | train-clip | train-captioner | calibrate-hazards | caption | search |
+goal-sim`.
 
-Every flag is a field: `CollectConfig` (+ `--out`), `PerceptionTrainConfig`, `CalibrateArgs`, `CaptionArgs`, `GoalSimArgs`.
+Every flag is a field: `CollectConfig` (+ `--out`), `PerceptionTrainConfig`, `CalibrateArgs`, `CaptionArgs`, `SearchArgs`,
+`GoalSimArgs`.
 
     robo-prm perception collect --tasks reach_tool,tidy_table --frames 14000 --size 128 --out DIR
     robo-prm perception train-clip --data DIR --out CLIP_DIR [--epochs 8 --lr 2e-3 ...]
@@ -8,6 +10,7 @@ Every flag is a field: `CollectConfig` (+ `--out`), `PerceptionTrainConfig`, `Ca
     robo-prm perception train-coca --data DIR --out COCA_DIR                    # open_clip CoCa captioner
     robo-prm perception calibrate-hazards --weights DIR --data FRAMES            # per-hazard thresholds on unseen frames
     robo-prm perception caption --task tidy_table --seed 0 [--weights DIR]      # pixel vs state caption
+    robo-prm perception search --data FRAMES --query "The glass cup has fallen off the table." [--out hits.png]
     robo-prm perception goal-sim --task place_cup_in_bin [--clip.arch ViT-B-32 --clip.weights /path]
 """
 from __future__ import annotations
@@ -46,6 +49,19 @@ class CalibrateArgs:
                                                     "saw), or the heldout / train split of its folders")
     floor: float = opt(0.91, "pooled hazard precision to keep on these frames (the aim on unseen ones: 0.9, plus a margin)",
                        min=0.0, max=1.0)
+    threads: int = opt(1, "torch threads")
+
+
+@dataclass
+class SearchArgs:
+    data: str = opt(help="collected frames to search (several folders: comma-separated)")
+    query: str = opt(help="a scene caption, or some of its sentences (\"The glass cup has fallen off the table.\"); "
+                     "other wording is matched by the CLIP embedding")
+    weights: str | None = opt(None, "perception folder (null: the shipped one)")
+    split: Literal["all", "heldout", "train"] = opt("all", "which frames of --data")
+    k: int = opt(8, "frames to list, best first", min=1)
+    limit: int = opt(4000, "frames searched at most (a seeded sample of --data; 0: all)", min=0)
+    out: str | None = opt(None, "PNG file: the k frames side by side, best first")
     threads: int = opt(1, "torch threads")
 
 
@@ -149,6 +165,45 @@ def cmd_caption(args: CaptionArgs) -> int:
     return 0
 
 
+def cmd_search(args: SearchArgs) -> int:
+    """The frames whose pixel reading best fits a caption (perception/retrieve.py), with their true captions."""
+    import numpy as np
+    import torch
+
+    from robo_prm.perception.calibrate import frames_for
+    from robo_prm.perception.retrieve import CaptionRetriever
+    from robo_prm.perception.train import predict
+    from robo_prm.perception.weights import load_perception
+
+    torch.set_num_threads(args.threads)
+    try:
+        bundle = load_perception(args.weights)
+    except FileNotFoundError as exc:
+        raise SystemExit(f"robo-prm: error: --weights: {exc}") from None
+    try:
+        frames = frames_for(bundle, args.data, args.split)
+    except (FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"robo-prm: error: --data: {exc}") from None
+    if args.limit and len(frames) > args.limit:
+        frames = frames.subset(np.sort(np.random.default_rng(0).choice(len(frames), args.limit, replace=False)))
+    a, tasks = frames.arrays, np.asarray(frames.meta["tasks"])[frames.arrays["task"]]
+    retriever = CaptionRetriever(bundle.net, predict(bundle.net, a["frames"]), tasks, clip=bundle.clip())
+    parsed = np.isfinite(retriever.log_likelihood(args.query)).any()
+    scores = retriever.scores(args.query)
+    top = retriever.search(args.query, args.k)
+    print(f"{len(frames)} frames; scored by {'the captioner' if parsed else 'CLIP cosine (no task words it so)'}; "
+          f"{sum(args.query in str(c) for c in a['caption'])} frames' state captions say it (marked =)")
+    for rank, i in enumerate(top, 1):
+        mark = "=" if args.query in str(a["caption"][i]) else " "
+        print(f"{rank:>2} {mark} {scores[i]:8.2f}  {tasks[i]} episode {a['episode'][i]} step {a['step'][i]}: {a['caption'][i]}")
+    if args.out:
+        import imageio.v3 as iio
+
+        iio.imwrite(args.out, np.concatenate([a["frames"][i] for i in top], axis=0 if a["frames"].shape[2] > a["frames"].shape[1] else 1))
+        print(f"wrote {args.out}")
+    return 0
+
+
 def cmd_goal_sim(args: GoalSimArgs) -> int:
     """Goal-text similarity along one scripted episode (VLM-RM style), with Spearman ρ against time."""
     import numpy as np
@@ -201,6 +256,9 @@ def add_perception_commands(p) -> None:
     h = ps.add_parser("calibrate-hazards", help="per hazard head, the threshold for the most recall at a precision floor")
     add_config_args(h, CalibrateArgs)
     h.set_defaults(func=config_command(CalibrateArgs, cmd_calibrate))
+    f = ps.add_parser("search", help="the collected frames whose pixel reading best fits a caption")
+    add_config_args(f, SearchArgs)
+    f.set_defaults(func=config_command(SearchArgs, cmd_search))
     g = ps.add_parser("goal-sim", help="frame ↔ goal-text similarity along a scripted episode")
     add_config_args(g, GoalSimArgs)
     g.set_defaults(func=config_command(GoalSimArgs, cmd_goal_sim))

@@ -1,0 +1,109 @@
+"""Text → frames by the captioner's likelihood: how probable the pixel captioner finds a caption for each frame.
+
+A scene caption (describe/render.py) is parsed back into the facts it states (describe/parse.py); each frame's
+score is the log-probability its slot heads give those facts, plus the milestone line's count under the predicate
+heads. This is the caption model's image–text matching score (as BLIP and CoCa rank by their captioning heads),
+against the CLIP embedding's cosine (`ClipModel`), which has to squeeze a whole scene into one vector: captions
+differing in one distance word sit close together there. Text no renderer could have written (free wording)
+falls back to the CLIP cosine. benchmarks/perception.py measures both.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from robo_prm.describe.facts import GripperFacts, SceneFacts
+from robo_prm.describe.parse import CaptionReadings, parser_for
+from robo_prm.perception.slots import encode
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+
+
+def _log_sigmoid(x: np.ndarray) -> np.ndarray:
+    return -np.logaddexp(0.0, -x)
+
+
+def slot_classes(readings: CaptionReadings) -> dict[str, tuple[int, ...]]:
+    """Slot → the classes the caption allows (one, or several where its text leaves the slot open; slots that do not
+    apply are left out)."""
+    g = readings.gripper or GripperFacts(False, None, None, None, None)  # object slots do not depend on it
+    allowed = {k: {v} for k, v in encode(SceneFacts(g, ())).items() if k.startswith("gripper.") and v >= 0} \
+        if readings.gripper else {}
+    for alternatives in readings.objects:
+        sim = alternatives[0].sim
+        for o in alternatives:
+            for k, v in encode(SceneFacts(g, (o,))).items():
+                if k.startswith(f"{sim}."):
+                    allowed.setdefault(k, set()).add(v)
+    # a slot that applies in one reading and not in another is left open, as is one that allows several classes
+    return {k: tuple(sorted(v)) for k, v in allowed.items() if -1 not in v}
+
+
+def milestone_log_prob(logits: np.ndarray, reached: int) -> np.ndarray:
+    """log P(the highest milestone reached is `reached`) per frame, from the milestone predicates' logits (N, M),
+    read as independent: the captioner says the highest milestone whose probability passes 0.5."""
+    below = _log_sigmoid(-logits[:, reached:]).sum(axis=1)  # every milestone above `reached` not reached
+    return below if reached == 0 else below + _log_sigmoid(logits[:, reached - 1])
+
+
+class CaptionRetriever:
+    """Scores captions against a gallery of frames through the perception model's head outputs.
+
+    `outputs`: `predict(net, frames)` (or PixelCaptioner.outputs) for the gallery; `frame_tasks`: each frame's task
+    name (the task's words and objects decide how a caption reads); `clip`: the model whose text tower scores text
+    that no task's renderer writes (None: such text scores -inf everywhere)."""
+
+    def __init__(self, net, outputs: dict[str, np.ndarray], frame_tasks: Sequence[str], clip=None):
+        self.net, self.clip = net, clip
+        self.tasks = np.asarray(frame_tasks)
+        self.embed = outputs["embed"]
+        logp = {k[5:]: _log_softmax(v) for k, v in outputs.items() if k.startswith("slot/")}
+        self.rows = {str(t): np.flatnonzero(self.tasks == t) for t in np.unique(self.tasks)}
+        # per task: its frames' slot log-probabilities and predicate logits (sliced once, not per query)
+        self.logp = {t: {k: v[rows] for k, v in logp.items()} for t, rows in self.rows.items()}
+        self.preds = {t: outputs["preds"][rows] for t, rows in self.rows.items()}
+
+    def _milestone_columns(self, task_name: str) -> list[int] | None:
+        """The predicate head's columns of the task's milestones (None: a task the model has no heads for)."""
+        keys = list(self.net.cfg.predicate_keys)
+        wanted = [f"{task_name}:milestone/{m.name}" for m in parser_for(task_name).task.spec.milestones]
+        return [keys.index(k) for k in wanted] if all(k in keys for k in wanted) else None
+
+    def log_likelihood(self, text: str) -> np.ndarray:
+        """(N,) log-probability of `text` per gallery frame: -inf where the frame's task cannot word it so. A whole
+        caption of some task scores that task's frames only; some of a caption's sentences ("The glass cup has fallen
+        off the table.") score the frames of every task that can say them, on the facts they state."""
+        score = np.full(len(self.tasks), -np.inf)
+        whole = {t: parser_for(t).readings(text) for t in self.rows}
+        if not any(whole.values()):
+            whole = {t: parser_for(t).readings(text, partial=True) for t in self.rows}
+        for task_name, rows in self.rows.items():
+            readings = whole[task_name]
+            if readings is None:
+                continue
+            logp, s = self.logp[task_name], np.zeros(len(rows))
+            for slot, classes in slot_classes(readings).items():
+                if slot in logp:  # models trained before a slot existed leave it out
+                    s += logp[slot][:, classes[0]] if len(classes) == 1 else np.logaddexp.reduce(logp[slot][:, list(classes)], axis=1)
+            columns = self._milestone_columns(task_name) if readings.milestones else None
+            if columns:
+                s += milestone_log_prob(self.preds[task_name][:, columns], readings.milestones[0])
+            score[rows] = s
+        return score
+
+    def scores(self, text: str) -> np.ndarray:
+        """The caption likelihood, or the CLIP cosine for text no task's renderer writes."""
+        ll = self.log_likelihood(text)
+        if np.isfinite(ll).any() or self.clip is None:
+            return ll
+        return (self.embed @ self.clip.encode_text([text])[0].numpy()).astype(np.float64)
+
+    def search(self, text: str, k: int = 5) -> np.ndarray:
+        """Indices of the k best-matching gallery frames, best first."""
+        s = self.scores(text)
+        top = np.argpartition(-s, min(k, len(s) - 1))[:k]
+        return top[np.argsort(-s[top], kind="stable")]
