@@ -107,13 +107,12 @@ def cmd_train_coca(cfg) -> int:
     return 0
 
 
-def cmd_calibrate(args: CalibrateArgs) -> int:
-    """Per hazard head, the threshold that reads the most hazards while pooled precision stays ≥ --floor on frames
-    the model did not train on; written into the folder's config.json (`hazard_thresholds`)."""
+def _model_and_frames(args):
+    """(the perception bundle of --weights, the frames of --data it reads: --split of them), torch at --threads;
+    a missing or unreadable folder is one line naming its flag."""
     import torch
 
-    from robo_prm.perception.calibrate import frames_for, hazard_probs, write_thresholds
-    from robo_prm.perception.thresholds import fit_for_precision, pooled_pr
+    from robo_prm.perception.calibrate import frames_for
     from robo_prm.perception.weights import load_perception
 
     torch.set_num_threads(args.threads)
@@ -122,9 +121,21 @@ def cmd_calibrate(args: CalibrateArgs) -> int:
     except FileNotFoundError as exc:
         raise SystemExit(f"robo-prm: error: --weights: {exc}") from None
     try:
-        frames = frames_for(bundle, args.data, args.split)
-        p, truth, keys = hazard_probs(bundle, frames)
+        return bundle, frames_for(bundle, args.data, args.split)
     except (FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"robo-prm: error: --data: {exc}") from None
+
+
+def cmd_calibrate(args: CalibrateArgs) -> int:
+    """Per hazard head, the threshold that reads the most hazards while pooled precision stays ≥ --floor on frames
+    the model did not train on; written into the folder's config.json (`hazard_thresholds`)."""
+    from robo_prm.perception.calibrate import hazard_probs, write_thresholds
+    from robo_prm.perception.thresholds import fit_for_precision, pooled_pr
+
+    bundle, frames = _model_and_frames(args)
+    try:
+        p, truth, keys = hazard_probs(bundle, frames)
+    except ValueError as exc:
         raise SystemExit(f"robo-prm: error: --data: {exc}") from None
     chosen = fit_for_precision(p, truth, args.floor)
     fit = {**pooled_pr(p, truth, chosen), "frames": len(frames)}
@@ -168,22 +179,11 @@ def cmd_caption(args: CaptionArgs) -> int:
 def cmd_search(args: SearchArgs) -> int:
     """The frames whose pixel reading best fits a caption (perception/retrieve.py), with their true captions."""
     import numpy as np
-    import torch
 
-    from robo_prm.perception.calibrate import frames_for
     from robo_prm.perception.retrieve import CaptionRetriever
     from robo_prm.perception.train import predict
-    from robo_prm.perception.weights import load_perception
 
-    torch.set_num_threads(args.threads)
-    try:
-        bundle = load_perception(args.weights)
-    except FileNotFoundError as exc:
-        raise SystemExit(f"robo-prm: error: --weights: {exc}") from None
-    try:
-        frames = frames_for(bundle, args.data, args.split)
-    except (FileNotFoundError, ValueError) as exc:
-        raise SystemExit(f"robo-prm: error: --data: {exc}") from None
+    bundle, frames = _model_and_frames(args)
     if args.limit and len(frames) > args.limit:
         frames = frames.subset(np.sort(np.random.default_rng(0).choice(len(frames), args.limit, replace=False)))
     a, tasks = frames.arrays, np.asarray(frames.meta["tasks"])[frames.arrays["task"]]
