@@ -171,3 +171,21 @@ def test_a_partial_query_scores_every_task_that_can_say_it():
     query = f"The {tidy.word('tool0')} has fallen off the table."
     ll = retriever.log_likelihood(query)
     assert np.isfinite(ll).all() and ll[1] > ll[0]
+
+
+def test_the_perception_benchmark_counts_a_hit_only_for_a_frame_with_exactly_the_caption(load_benchmark):
+    """benchmarks/perception.py's search figures: every distinct caption a query, a hit when the best frame has it."""
+    from types import SimpleNamespace
+
+    b = load_benchmark("perception")
+    task = load_task("reach_tool")
+    near = SceneFacts(GripperFacts(True, None, "tool0", "distance", "5 cm"), (ObjectFacts("tool0", "middle"),), 1, 1)
+    far = replace(near, gripper=replace(near.gripper, bucket="20 cm"), milestones_reached=0)
+    # frames 0 and 1 truly show `near`, frame 2 `far`; the heads read frame 1 as `far`, unsure of its milestone
+    said = [near, far, far]
+    caps = np.array([render(f, task.word)[0] for f in (near, near, far)])
+    held = SimpleNamespace(arrays={"caption": caps, "task": np.zeros(3, int)}, meta={"tasks": ["reach_tool"]})
+    r = b.retrieval_by_caption(_outputs_saying(said, [3.0, 0.0, -3.0]), held, _Net())
+    assert (r["queries"], r["text_to_image_recall@1"], r["text_to_image_recall@5"]) == (2, 1.0, 1.0)
+    top = np.array([[1, 0, 2, 2, 2], [0, 1, 2, 2, 2]])  # the near caption's best frame is frame 1, the far one's frame 0
+    assert b._recall(top, caps, sorted(set(caps))) == (0.5, 1.0)
