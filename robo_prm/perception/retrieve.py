@@ -46,8 +46,8 @@ def slot_classes(readings: CaptionReadings) -> dict[str, tuple[int, ...]]:
 def milestone_log_prob(logits: np.ndarray, reached: int) -> np.ndarray:
     """log P(the highest milestone reached is `reached`) per frame, from the milestone predicates' logits (N, M),
     read as independent: the captioner says the highest milestone whose probability passes 0.5."""
-    below = _log_sigmoid(-logits[:, reached:]).sum(axis=1)  # every milestone above `reached` not reached
-    return below if reached == 0 else below + _log_sigmoid(logits[:, reached - 1])
+    none_above = _log_sigmoid(-logits[:, reached:]).sum(axis=1)  # no milestone after the `reached`-th one
+    return none_above if reached == 0 else none_above + _log_sigmoid(logits[:, reached - 1])
 
 
 class CaptionRetriever:
