@@ -236,29 +236,22 @@ def cmd_goal_sim(args: GoalSimArgs) -> int:
 
 def add_perception_commands(p) -> None:
     """The `robo-prm perception` subcommands, on the `perception` parser."""
-    ps = p.add_subparsers(dest="perception_command", required=True)
-    c = ps.add_parser("collect", help="rendered frames + slot, caption, predicate, progress labels (npz shards)")
-    add_config_args(c, CollectArgs)
-    c.set_defaults(func=config_command(CollectArgs, cmd_collect))
-    for name, stage, helptext in (("train-clip", clip_defaults, "contrastive frame ↔ caption training (open_clip's loss)"),
-                                  ("train-captioner", captioner_defaults, "caption-slot, predicate, progress heads (+ contrastive term)")):
-        t = ps.add_parser(name, help=helptext)
-        add_config_args(t, PerceptionTrainConfig, defaults=stage(PerceptionTrainConfig()))
-        t.set_defaults(func=config_command(PerceptionTrainConfig, cmd_train, base=lambda s=stage: s(PerceptionTrainConfig())))
     from robo_prm.perception.train_coca import CocaTrainConfig
 
-    t = ps.add_parser("train-coca", help="open_clip CoCa captioner: frame → the state caption, word for word")
-    add_config_args(t, CocaTrainConfig)
-    t.set_defaults(func=config_command(CocaTrainConfig, cmd_train_coca))
-    k = ps.add_parser("caption", help="caption a rendered frame from pixels and compare with the state caption")
-    add_config_args(k, CaptionArgs)
-    k.set_defaults(func=config_command(CaptionArgs, cmd_caption))
-    h = ps.add_parser("calibrate-hazards", help="per hazard head, the threshold for the most recall at a precision floor")
-    add_config_args(h, CalibrateArgs)
-    h.set_defaults(func=config_command(CalibrateArgs, cmd_calibrate))
-    f = ps.add_parser("search", help="the collected frames whose pixel reading best fits a caption")
-    add_config_args(f, SearchArgs)
-    f.set_defaults(func=config_command(SearchArgs, cmd_search))
-    g = ps.add_parser("goal-sim", help="frame ↔ goal-text similarity along a scripted episode")
-    add_config_args(g, GoalSimArgs)
-    g.set_defaults(func=config_command(GoalSimArgs, cmd_goal_sim))
+    ps = p.add_subparsers(dest="perception_command", required=True)
+
+    def add(name: str, args: type, cmd, helptext: str, stage=None) -> None:
+        """One subcommand whose flags are the fields of `args`; `stage`: a function setting a training stage's defaults."""
+        sub = ps.add_parser(name, help=helptext)
+        add_config_args(sub, args, defaults=stage(args()) if stage else None)
+        sub.set_defaults(func=config_command(args, cmd, base=(lambda: stage(args())) if stage else None))
+
+    add("collect", CollectArgs, cmd_collect, "rendered frames + slot, caption, predicate, progress labels (npz shards)")
+    add("train-clip", PerceptionTrainConfig, cmd_train, "contrastive frame ↔ caption training (open_clip's loss)", clip_defaults)
+    add("train-captioner", PerceptionTrainConfig, cmd_train, "caption-slot, predicate, progress heads (+ contrastive term)",
+        captioner_defaults)
+    add("train-coca", CocaTrainConfig, cmd_train_coca, "open_clip CoCa captioner: frame → the state caption, word for word")
+    add("caption", CaptionArgs, cmd_caption, "caption a rendered frame from pixels and compare with the state caption")
+    add("calibrate-hazards", CalibrateArgs, cmd_calibrate, "per hazard head, the threshold for the most recall at a precision floor")
+    add("search", SearchArgs, cmd_search, "the collected frames whose pixel reading best fits a caption")
+    add("goal-sim", GoalSimArgs, cmd_goal_sim, "frame ↔ goal-text similarity along a scripted episode")
