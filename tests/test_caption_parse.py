@@ -144,7 +144,8 @@ def test_retriever_ranks_the_frame_that_says_the_caption_first():
     # a frame of another task cannot say a reach_tool caption; text no renderer writes scores -inf without a CLIP model
     other = CaptionRetriever(_Net(), _outputs_saying(frames, [0.0] * 3), ["reach_tool", "push_tool_from_edge", "reach_tool"])
     assert np.isneginf(other.log_likelihood(render(far, task.word)[0])[1])
-    assert np.isneginf(retriever.scores("a hammer somewhere")).all()
+    scores, by_captioner = retriever.scores("a hammer somewhere")
+    assert np.isneginf(scores).all() and by_captioner
 
 
 def test_partial_captions_state_only_their_sentences():

@@ -571,7 +571,8 @@ def test_per_hazard_thresholds_are_calibrated_on_unseen_frames_and_read_by_the_c
 
 def test_search_lists_the_frames_that_fit_a_caption_and_writes_them_as_one_image(tiny_model, tiny_data, tmp_path, capsys):
     """`perception search`: a frame's own caption lists k frames with the frame's state captions, as one PNG; a
-    sentence of a caption is enough; a missing folder is one line naming --data."""
+    sentence of a caption is enough; other wording goes to the CLIP embedding; a missing folder is one line naming
+    --data."""
     import imageio.v3 as iio
 
     from robo_prm.cli import main
@@ -589,5 +590,8 @@ def test_search_lists_the_frames_that_fit_a_caption_and_writes_them_as_one_image
     assert main(["perception", "search", "--weights", str(tiny_model), "--data", str(tiny_data[0]),
                  "--query", first_sentence, "--k", "2"]) == 0
     assert "scored by the captioner" in capsys.readouterr().out
+    assert main(["perception", "search", "--weights", str(tiny_model), "--data", str(tiny_data[0]),
+                 "--query", "the cup is on the floor", "--k", "2"]) == 0  # no renderer words it so: the CLIP cosine
+    assert "scored by CLIP cosine" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="--data"):
         main(["perception", "search", "--weights", str(tiny_model), "--data", str(tmp_path / "nothing"), "--query", "x"])

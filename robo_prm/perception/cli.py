@@ -180,7 +180,7 @@ def cmd_search(args: SearchArgs) -> int:
     """The frames whose pixel reading best fits a caption (perception/retrieve.py), with their true captions."""
     import numpy as np
 
-    from robo_prm.perception.retrieve import CaptionRetriever
+    from robo_prm.perception.retrieve import CaptionRetriever, top_k
     from robo_prm.perception.train import predict
 
     bundle, frames = _model_and_frames(args)
@@ -188,10 +188,9 @@ def cmd_search(args: SearchArgs) -> int:
         frames = frames.subset(np.sort(np.random.default_rng(0).choice(len(frames), args.limit, replace=False)))
     a, tasks = frames.arrays, np.asarray(frames.meta["tasks"])[frames.arrays["task"]]
     retriever = CaptionRetriever(bundle.net, predict(bundle.net, a["frames"]), tasks, clip=bundle.clip())
-    parsed = np.isfinite(retriever.log_likelihood(args.query)).any()
-    scores = retriever.scores(args.query)
-    top = retriever.search(args.query, args.k)
-    print(f"{len(frames)} frames; scored by {'the captioner' if parsed else 'CLIP cosine (no task words it so)'}; "
+    scores, by_captioner = retriever.scores(args.query)
+    top = top_k(scores, args.k)
+    print(f"{len(frames)} frames; scored by {'the captioner' if by_captioner else 'CLIP cosine (no task words it so)'}; "
           f"{sum(args.query in str(c) for c in a['caption'])} frames' state captions say it (marked =)")
     for rank, i in enumerate(top, 1):
         mark = "=" if args.query in str(a["caption"][i]) else " "

@@ -95,15 +95,20 @@ class CaptionRetriever:
             score[rows] = s
         return score
 
-    def scores(self, text: str) -> np.ndarray:
-        """The caption likelihood, or the CLIP cosine for text no task's renderer writes."""
+    def scores(self, text: str) -> tuple[np.ndarray, bool]:
+        """(N,) scores and whether the captioner gave them: the caption likelihood, or the CLIP cosine for text no
+        task's renderer writes."""
         ll = self.log_likelihood(text)
         if np.isfinite(ll).any() or self.clip is None:
-            return ll
-        return (self.embed @ self.clip.encode_text([text])[0].numpy()).astype(np.float64)
+            return ll, True
+        return (self.embed @ self.clip.encode_text([text])[0].numpy()).astype(np.float64), False
 
     def search(self, text: str, k: int = 5) -> np.ndarray:
         """Indices of the k best-matching gallery frames, best first."""
-        s = self.scores(text)
-        top = np.argpartition(-s, min(k, len(s) - 1))[:k]
-        return top[np.argsort(-s[top], kind="stable")]
+        return top_k(self.scores(text)[0], k)
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k highest scores, highest first."""
+    top = np.argpartition(-scores, min(k, len(scores) - 1))[:k]
+    return top[np.argsort(-scores[top], kind="stable")]
