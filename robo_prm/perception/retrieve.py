@@ -101,7 +101,7 @@ class CaptionRetriever:
         ll = self.log_likelihood(text)
         if np.isfinite(ll).any() or self.clip is None:
             return ll, True
-        return (self.embed @ self.clip.encode_text([text])[0].numpy()).astype(np.float64), False
+        return (self.embed @ self.clip.encode_text([text])[0].detach().numpy()).astype(np.float64), False
 
     def search(self, text: str, k: int = 5) -> np.ndarray:
         """Indices of the k best-matching gallery frames, best first."""
