@@ -49,7 +49,7 @@ def _follow_ups(sim: str, word, target: str | None) -> dict[str, dict]:
     """'It …' sentence → the ObjectFacts fields it states, each rendered beside a plain object sentence."""
     base = ObjectFacts(sim=sim, place="middle")
     plain = _object(base, word, [])
-    options = [{"moving": True}] + [{"moved": b} for b in BUCKETS]
+    options = [{"moving": True}] + [{"moved": b} for b in BUCKETS[1:]]  # moved: from 2 cm on, never "touching"
     options += [{"target": target, "target_gap": g} for g in TARGET_GAPS] if target else []
     out = {}
     for fields in options:
