@@ -30,9 +30,10 @@ def _log_sigmoid(x: np.ndarray) -> np.ndarray:
 def slot_classes(readings: CaptionReadings) -> dict[str, tuple[int, ...]]:
     """Slot → the classes the caption allows (one, or several where its text leaves the slot open; slots that do not
     apply are left out)."""
-    g = readings.gripper or GripperFacts(False, None, None, None, None)  # object slots do not depend on it
-    allowed = {k: {v} for k, v in encode(SceneFacts(g, ())).items() if k.startswith("gripper.") and v >= 0} \
-        if readings.gripper else {}
+    allowed: dict[str, set[int]] = {}
+    if readings.gripper is not None:
+        allowed = {k: {v} for k, v in encode(SceneFacts(readings.gripper, ())).items() if k.startswith("gripper.")}
+    g = readings.gripper or GripperFacts(False, None, None, None, None)  # an object's slots do not depend on it
     for alternatives in readings.objects:
         sim = alternatives[0].sim
         for o in alternatives:
@@ -58,20 +59,19 @@ class CaptionRetriever:
     that no task's renderer writes (None: such text scores -inf everywhere)."""
 
     def __init__(self, net, outputs: dict[str, np.ndarray], frame_tasks: Sequence[str], clip=None):
-        self.net, self.clip = net, clip
+        self.clip = clip
         self.tasks = np.asarray(frame_tasks)
         self.embed = outputs["embed"]
         logp = {k[5:]: _log_softmax(v) for k, v in outputs.items() if k.startswith("slot/")}
         self.rows = {str(t): np.flatnonzero(self.tasks == t) for t in np.unique(self.tasks)}
-        # per task: its frames' slot log-probabilities and predicate logits (sliced once, not per query)
+        # per task, sliced once (not per query): its frames' slot log-probabilities and milestone logits
         self.logp = {t: {k: v[rows] for k, v in logp.items()} for t, rows in self.rows.items()}
-        self.preds = {t: outputs["preds"][rows] for t, rows in self.rows.items()}
-
-    def _milestone_columns(self, task_name: str) -> list[int] | None:
-        """The predicate head's columns of the task's milestones (None: a task the model has no heads for)."""
-        keys = list(self.net.cfg.predicate_keys)
-        wanted = [f"{task_name}:milestone/{m.name}" for m in parser_for(task_name).task.spec.milestones]
-        return [keys.index(k) for k in wanted] if all(k in keys for k in wanted) else None
+        keys = list(net.cfg.predicate_keys)
+        self.milestones = {}  # task → (frames, milestones) logits; absent for a task the model has no heads for
+        for t, rows in self.rows.items():
+            wanted = [f"{t}:milestone/{m.name}" for m in parser_for(t).task.spec.milestones]
+            if all(k in keys for k in wanted):
+                self.milestones[t] = outputs["preds"][rows][:, [keys.index(k) for k in wanted]]
 
     def log_likelihood(self, text: str) -> np.ndarray:
         """(N,) log-probability of `text` per gallery frame: -inf where the frame's task cannot word it so. A whole
@@ -89,9 +89,8 @@ class CaptionRetriever:
             for slot, classes in slot_classes(readings).items():
                 if slot in logp:  # models trained before a slot existed leave it out
                     s += logp[slot][:, classes[0]] if len(classes) == 1 else np.logaddexp.reduce(logp[slot][:, list(classes)], axis=1)
-            columns = self._milestone_columns(task_name) if readings.milestones else None
-            if columns:
-                s += milestone_log_prob(self.preds[task_name][:, columns], readings.milestones[0])
+            if readings.milestones and task_name in self.milestones:
+                s += milestone_log_prob(self.milestones[task_name], readings.milestones[0])
             score[rows] = s
         return score
 
