@@ -50,6 +50,12 @@ class Trunk(nn.Module):
             x = b(x)
         return x
 
+    def rest(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """Blocks n.. on the output of `prefix(x, n)`."""
+        for b in self.blocks[n:]:
+            x = b(x)
+        return x
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.prefix(x, len(self.blocks))
 

@@ -13,7 +13,7 @@ import torch
 
 from robo_prm.perception.backbone import to_tensor
 from robo_prm.describe.render import render
-from robo_prm.perception.slots import decode, state_from_vector
+from robo_prm.perception.slots import decode, decode_placed, state_from_vector
 from robo_prm.perception.thresholds import Thresholds, thresholds_for
 from robo_prm.envs.task import Task
 from robo_prm.types import SceneDescription
@@ -93,7 +93,11 @@ class PixelCaptioner:
             status = task.status(state_from_vector(out["state"][i]))
             reached, hazards, rule_progress = status.reached, status.hazards, status.rule_progress
         logits = {k[5:]: v[i] for k, v in out.items() if k.startswith("slot/")}
-        facts = decode(logits, task.movable, (reached, n_ms) if n_ms else None, task.carry_targets)
+        milestones = (reached, n_ms) if n_ms else None
+        if "positions" in out:  # a keypoint head: distances from where things are (keypoints.py)
+            facts = decode_placed(logits, out["positions"][i], task.movable, milestones, task.carry_targets)
+        else:
+            facts = decode(logits, task.movable, milestones, task.carry_targets)
         text, named = render(facts, task.word, self.milestone_line)
         return SceneDescription(
             text=text,

@@ -1,5 +1,5 @@
-"""CLI wiring for `robo-prm perception collect | train-clip | train-captioner | calibrate-hazards | caption | search |
-goal-sim`.
+"""CLI wiring for `robo-prm perception collect | train-clip | train-captioner | train-keypoints | calibrate-hazards |
+caption | search | goal-sim`.
 
 Every flag is a field: `CollectConfig` (+ `--out`), `PerceptionTrainConfig`, `CalibrateArgs`, `CaptionArgs`, `SearchArgs`,
 `GoalSimArgs`.
@@ -8,6 +8,7 @@ Every flag is a field: `CollectConfig` (+ `--out`), `PerceptionTrainConfig`, `Ca
     robo-prm perception train-clip --data DIR --out CLIP_DIR [--epochs 8 --lr 2e-3 ...]
     robo-prm perception train-captioner --data DIR --init CLIP_DIR --out DIR
     robo-prm perception train-coca --data DIR --out COCA_DIR                    # open_clip CoCa captioner
+    robo-prm perception train-keypoints --data DIR --out DIR [--init DIR]       # add a keypoint head (positions)
     robo-prm perception calibrate-hazards --weights DIR --data FRAMES            # per-hazard thresholds on unseen frames
     robo-prm perception caption --task tidy_table --seed 0 [--weights DIR]      # pixel vs state caption
     robo-prm perception search --data FRAMES --query "The glass cup has fallen off the table." [--out hits.png]
@@ -86,11 +87,15 @@ def cmd_collect(args: CollectArgs) -> int:
     return 0
 
 
+def _command() -> str:
+    """The command line as run, for a trained folder's manifest."""
+    return "robo-prm perception " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else ""
+
+
 def cmd_train(cfg: PerceptionTrainConfig) -> int:
     from robo_prm.perception.train import train
 
-    command = "robo-prm perception " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else ""
-    out = train(cfg, command=command)
+    out = train(cfg, command=_command())
     manifest = json.loads((out / "manifest.json").read_text())
     print(json.dumps({k: v for k, v in manifest["metrics_heldout"].items() if k != "slot_accuracy"}, indent=1))
     print(f"wrote {out}")
@@ -100,9 +105,17 @@ def cmd_train(cfg: PerceptionTrainConfig) -> int:
 def cmd_train_coca(cfg) -> int:
     from robo_prm.perception.train_coca import train
 
-    command = "robo-prm perception " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else ""
-    out = train(cfg, command=command)
+    out = train(cfg, command=_command())
     print(json.dumps(json.loads((out / "manifest.json").read_text())["metrics_heldout_sample"], indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_train_keypoints(cfg) -> int:
+    from robo_prm.perception.train_keypoints import train_keypoints
+
+    out = train_keypoints(cfg, command=_command())
+    print(json.dumps(json.loads((out / "manifest.json").read_text())["keypoints"]["heldout_error"], indent=1))
     print(f"wrote {out}")
     return 0
 
@@ -236,6 +249,7 @@ def cmd_goal_sim(args: GoalSimArgs) -> int:
 def add_perception_commands(p) -> None:
     """The `robo-prm perception` subcommands, on the `perception` parser."""
     from robo_prm.perception.train_coca import CocaTrainConfig
+    from robo_prm.perception.train_keypoints import KeypointTrainConfig
 
     ps = p.add_subparsers(dest="perception_command", required=True)
 
@@ -250,6 +264,8 @@ def add_perception_commands(p) -> None:
     add("train-captioner", PerceptionTrainConfig, cmd_train, "caption-slot, predicate, progress heads (+ contrastive term)",
         captioner_defaults)
     add("train-coca", CocaTrainConfig, cmd_train_coca, "open_clip CoCa captioner: frame → the state caption, word for word")
+    add("train-keypoints", KeypointTrainConfig, cmd_train_keypoints,
+        "a keypoint head on a trained folder: where the gripper and objects are, for the distance words")
     add("caption", CaptionArgs, cmd_caption, "caption a rendered frame from pixels and compare with the state caption")
     add("calibrate-hazards", CalibrateArgs, cmd_calibrate, "per hazard head, the threshold for the most recall at a precision floor")
     add("search", SearchArgs, cmd_search, "the collected frames whose pixel reading best fits a caption")

@@ -6,7 +6,9 @@ frame (one camera view, or several side by side: each through the trunk) → Tru
   * one classification head per caption slot (slots.py), rendered to text by render.py;
   * `preds`: task predicates (success, milestones, hazards) of the tasks it was trained on;
   * `progress`: the simulator's rule progress per trained task;
-  * `state`: a coarse state vector, to check the predicates of tasks it was not trained on.
+  * `state`: a coarse state vector, to check the predicates of tasks it was not trained on;
+  * `positions` (models with a keypoint head): the gripper's and each object's 3D position, from heatmaps on an
+    early, fine feature map of each view, triangulated (keypoints.py).
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robo_prm.perception.backbone import Neck, Trunk, split_views
+from robo_prm.perception.backbone import BLOCK_CHANNELS, BLOCK_STRIDE, Neck, Trunk, split_views
+from robo_prm.perception.keypoints import KeypointHead
 from robo_prm.perception.slots import STATE_DIM, slot_sizes
 
 
@@ -33,6 +36,8 @@ class NetConfig:
     text_dim: int = 384
     views: list[str] = field(default_factory=lambda: ["front"])  # camera views side by side (envs.tidy_env.VIEWS)
     carried_slots: bool = False  # heads for a carried object's edge and target clauses (slots.CARRIED_SLOTS)
+    keypoint_blocks: int = 0  # > 0: a keypoint head (keypoints.py) reads the trunk after this many blocks; 0: none
+    keypoint_width: int = 48
 
 
 class PerceptionNet(nn.Module):
@@ -52,6 +57,9 @@ class PerceptionNet(nn.Module):
         self.state = nn.Linear(h, STATE_DIM)
         # open_clip's learnable temperature, init log(1/0.07)
         self.logit_scale = nn.Parameter(torch.tensor(2.6592))
+        k = cfg.keypoint_blocks
+        self.keypoints = KeypointHead(BLOCK_CHANNELS[k - 1], -(-cfg.size // BLOCK_STRIDE[k - 1]), cfg.views,
+                                      cfg.keypoint_width) if k else None
 
     def tiles(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, S, views·S) → (B·views, 3, S, S): what the trunk reads."""
@@ -65,7 +73,17 @@ class PerceptionNet(nn.Module):
         return F.normalize(e, dim=-1) if normalize else e
 
     def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
-        return self.heads(self.features(images))
+        if self.keypoints is None:
+            return self.heads(self.features(images))
+        early = self.trunk.prefix(self.tiles(images), self.cfg.keypoint_blocks)  # the keypoint head's map, on the way
+        out = self.heads(self.neck(self.trunk.rest(early, self.cfg.keypoint_blocks)))
+        out["positions"] = self.keypoints(self.per_frame(early, len(images)))["positions"]
+        return out
+
+    @staticmethod
+    def per_frame(fmap: torch.Tensor, frames: int) -> torch.Tensor:
+        """(B·views, C, h, w) maps of the views' tiles → (B, views, C, h, w)."""
+        return fmap.reshape(frames, -1, *fmap.shape[1:])
 
     def heads(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
         """The shared vector → every head's output (the CLIP embedding unit-norm)."""

@@ -93,10 +93,7 @@ class _Prefix(torch.nn.Module):
 
 def _rest(net: PerceptionNet, fmap: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
     """Run the trained part on the frozen prefix's (B, views, C, h, w) maps: trunk blocks n.. → neck → heads."""
-    x = fmap.flatten(0, 1)
-    for b in net.trunk.blocks[n:]:
-        x = b(x)
-    return net.heads(net.neck(x))
+    return net.heads(net.neck(net.trunk.rest(fmap.flatten(0, 1), n)))
 
 
 def precompute(prefix: _Prefix, frames: np.ndarray, batch: int = 256, progress: bool = True) -> torch.Tensor:

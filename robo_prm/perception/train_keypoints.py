@@ -1,0 +1,171 @@
+"""Add a keypoint head (keypoints.py) to a trained perception folder: `robo-prm perception train-keypoints`.
+
+The rest of the model is left as it is: the head reads the trunk's first `blocks` blocks, which every shipped
+model keeps frozen at their ImageNet weights, so their output is computed once per frame (fp16) and the other heads'
+outputs do not change. Labels need no new collection: the frames' state vectors hold every point's position, and
+the env's cameras say where each lands in the image.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robo_prm.config_flags import opt
+from robo_prm.perception.dataset import FrameSet, load_frames
+from robo_prm.perception.keypoints import POINTS, keypoint_loss, point_positions, project
+from robo_prm.perception.model import PerceptionNet
+from robo_prm.perception.train import _Prefix, precompute
+from robo_prm.perception.weights import CONFIG_FILE, load_perception, save_perception
+from robo_prm.envs.task import load_task
+from robo_prm.provenance import provenance
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class KeypointTrainConfig:
+    data: str = opt("data/perception", "folders written by `robo-prm perception collect` (comma-separated)")
+    init: str | None = opt(None, "the perception folder to add the head to (null: the shipped model)")
+    out: str = opt("runs/perception_keypoints", "where the folder with the head goes")
+    blocks: int = opt(3, "the head reads the trunk after this many blocks (3: stride 4, 24 channels)")
+    width: int = opt(48, "channels of the head's convolutions")
+    epochs: float = opt(6.0, "passes over the training frames")
+    batch: int = opt(128, "frames per step")
+    lr: float = opt(2e-3, "peak learning rate (AdamW, one-cycle)")
+    space_weight: float = opt(0.2, "weight of the 3D position loss beside the image loss")
+    threads: int = opt(1, "torch threads")
+    seed: int = opt(0, "seed of the initialisation and the batches")
+    max_minutes: float = opt(0.0, "stop early after this many minutes (0: no limit)")
+
+
+def labels(frames: FrameSet, views: list[str]) -> dict[str, torch.Tensor]:
+    """Per frame: each point's position (P, 3), whether the frame's task uses it (P), its image coordinates in each
+    view (V, P, 2) and whether it lands inside that view (V, P)."""
+    tasks = [load_task(t) for t in frames.meta["tasks"]]
+    pos = point_positions(frames.arrays["state"])
+    used = np.ones(pos.shape[:2], bool)
+    for i, sim in enumerate(POINTS[1:]):
+        used[:, 1 + i] = [sim in tasks[t].movable for t in frames.arrays["task"]]
+    uv = np.stack([project(pos, v) for v in views], 1)
+    seen = used[:, None] & (np.abs(uv) < 1).all(-1)
+    return {"positions": torch.tensor(pos, dtype=torch.float32), "used": torch.tensor(used),
+            "uv": torch.tensor(uv, dtype=torch.float32), "seen": torch.tensor(seen)}
+
+
+def _features(net: PerceptionNet, data: str, heldout: bool, blocks: int, progress: bool) -> tuple[torch.Tensor, dict]:
+    """Frozen prefix maps and labels, one folder at a time (frames are gigabytes; their maps are kept instead)."""
+    prefix = _Prefix(net, blocks).eval()
+    maps, labs = [], []
+    for folder in [f for f in data.split(",") if f]:
+        frames = load_frames(folder, list(net.cfg.views), heldout=heldout)
+        if len(frames):
+            maps.append(precompute(prefix, frames.arrays["frames"], progress=progress))
+            labs.append(labels(frames, list(net.cfg.views)))
+    if not maps:
+        return torch.zeros(0), {}
+    return torch.cat(maps), {k: torch.cat([lab[k] for lab in labs]) for k in labs[0]}
+
+
+def point_errors(net: PerceptionNet, maps: torch.Tensor, lab: dict) -> dict:
+    """Median and mean 3D error (cm) per point over the points the frames' tasks use."""
+    with torch.no_grad():
+        pos = torch.cat([net.keypoints(maps[i:i + 512].float())["positions"] for i in range(0, len(maps), 512)])
+    err = (pos - lab["positions"]).norm(dim=-1) * 100
+    out = {}
+    for j, name in enumerate(POINTS):
+        e = err[:, j][lab["used"][:, j]]
+        if len(e):
+            out[name] = {"median_cm": round(float(e.median()), 3), "mean_cm": round(float(e.mean()), 3), "n": len(e)}
+    return out
+
+
+def _fit(net: PerceptionNet, maps: torch.Tensor, lab: dict, cfg: KeypointTrainConfig, progress: bool) -> int:
+    head = net.keypoints
+    opt_ = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=1e-4)
+    steps = max(1, int(math.ceil(cfg.epochs * len(maps) / cfg.batch)))
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt_, max_lr=cfg.lr, total_steps=steps, pct_start=0.15)
+    rng = np.random.default_rng(cfg.seed)
+    order, at, t0 = rng.permutation(len(maps)), 0, time.perf_counter()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=steps, desc="keypoints", unit="step")
+    head.train()
+    for step in range(steps):
+        if at + cfg.batch > len(maps):
+            order, at = rng.permutation(len(maps)), 0
+        idx = torch.as_tensor(order[at:at + cfg.batch])
+        at += cfg.batch
+        out = head(maps[idx].float())
+        terms = keypoint_loss(out, lab["uv"][idx], lab["seen"][idx], lab["positions"][idx], lab["used"][idx], head.size)
+        loss = terms["image"] + cfg.space_weight * terms["space"]
+        opt_.zero_grad()
+        loss.backward()
+        opt_.step()
+        sched.step()
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix({k: f"{float(v):.3f}" for k, v in terms.items()})
+        if cfg.max_minutes and time.perf_counter() - t0 > 60 * cfg.max_minutes:
+            log.warning("stopping after %.1f min (max_minutes)", cfg.max_minutes)
+            break
+    head.eval()
+    return step + 1
+
+
+def train_keypoints(cfg: KeypointTrainConfig, progress: bool = True, command: str = "") -> Path:
+    """Write cfg.out: the init folder's model with a trained keypoint head (its thresholds and manifest kept)."""
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    bundle = load_perception(cfg.init)
+    if bundle.net.cfg.keypoint_blocks:
+        log.warning("%s already has a keypoint head: training a new one", bundle.folder)
+    net = PerceptionNet(replace(bundle.net.cfg, keypoint_blocks=cfg.blocks, keypoint_width=cfg.width), imagenet=False)
+    kept = {k: v for k, v in bundle.net.state_dict().items() if not k.startswith("keypoints.")}
+    missing = [k for k in net.load_state_dict(kept, strict=False).missing_keys if not k.startswith("keypoints.")]
+    if missing:
+        raise ValueError(f"{bundle.folder}: weights lack {missing[:3]}")
+    t0 = time.perf_counter()
+    maps, lab = _features(net, cfg.data, False, cfg.blocks, progress)
+    if not len(maps):
+        raise ValueError(f"--data {cfg.data}: no training frames")
+    held_maps, held_lab = _features(net, cfg.data, True, cfg.blocks, progress)
+    prefix_s = time.perf_counter() - t0
+    steps = _fit(net, maps, lab, cfg, progress)
+    errors = point_errors(net, held_maps, held_lab) if len(held_maps) else {}
+    out = Path(cfg.out)
+    if out.resolve() != Path(bundle.folder).resolve():
+        shutil.copytree(bundle.folder, out, dirs_exist_ok=True)
+    manifest = dict(bundle.manifest or {})
+    manifest["keypoints"] = {**provenance(command or None), "config": asdict(cfg), "train_frames": len(maps),
+                             "steps": steps, "seconds_frozen_trunk": round(prefix_s, 1),
+                             "seconds": round(time.perf_counter() - t0, 1), "heldout_error": errors}
+    extra = {k: v for k, v in (_config(out)).items() if k not in ("net", "hazard_threshold", "cached_texts")}
+    base = bundle.hazard_threshold.get("*", 0.5) if isinstance(bundle.hazard_threshold, dict) else bundle.hazard_threshold
+    goals = [load_task(t).spec.goal for t in net.cfg.tasks]
+    save_perception(out, net, bundle.text, manifest, base, cache_texts=goals)
+    _write_config(out, _config(out) | extra)  # per-hazard thresholds and other keys the folder had
+    from robo_prm.perception import weights as _w
+
+    _w._load.cache_clear()
+    return out
+
+
+def _config(folder: Path) -> dict:
+    import json
+
+    return json.loads((folder / CONFIG_FILE).read_text())
+
+
+def _write_config(folder: Path, cfg: dict) -> None:
+    import json
+
+    (folder / CONFIG_FILE).write_text(json.dumps(cfg, indent=1))
