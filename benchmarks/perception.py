@@ -154,6 +154,22 @@ def retrieval_by_caption(out, held, net) -> dict:
             "ms_per_query": ms}
 
 
+def position_errors(out, held) -> dict:
+    """The keypoint head's 3D error (cm) per point over the frames whose task uses it: median, mean, 90th percentile."""
+    from robo_prm.perception.keypoints import POINTS
+    from robo_prm.perception.train_keypoints import labels
+
+    lab = labels(held, list(held.meta["views"]))
+    err = np.linalg.norm(out["positions"] - lab["positions"].numpy(), axis=-1) * 100
+    res = {}
+    for j, name in enumerate(POINTS):
+        e = err[:, j][lab["used"][:, j].numpy()]
+        if len(e):
+            res[name] = {"median_cm": float(np.median(e)), "mean_cm": float(e.mean()), "p90_cm": float(np.quantile(e, 0.9)),
+                         "frames": int(len(e))}
+    return res
+
+
 RADII = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
 
 
@@ -320,6 +336,10 @@ def main(argv=None) -> int:
         "retrieval_captioner": retrieval_by_caption(out, held, net),
         "cache": cache_reuse(out, held, net, bundle.hazard_threshold),
     }
+    if "positions" in out:  # a keypoint head: how far off it places things, and the captions without it
+        result["positions"] = position_errors(out, held)
+        plain = {k: v for k, v in out.items() if k != "positions"}
+        result["captions_without_keypoints"] = captions(slot_texts(plain, held, net, bundle.hazard_threshold), plain, held)
     if args.coca:
         result["coca"] = coca_captions(args.coca, held, texts)
     result["voc"] = goal_voc(bundle, held.meta["tasks"], args.episodes, args.seed)
@@ -355,7 +375,9 @@ def table(r: dict) -> str:
     lines += ["| captioner | task | caption exact match | without milestone line | fact F1 | frames |",
               "|---|---|---:|---:|---:|---:|"]
     coca = r.get("coca") or {}
-    for who, c in (("slot heads", r["captions"]), ("CoCa", coca or None),
+    heads = "slot heads + keypoint positions" if "positions" in r else "slot heads"
+    for who, c in ((heads, r["captions"]), ("slot heads alone (the keypoint head left out)", r.get("captions_without_keypoints")),
+                   ("CoCa", coca or None),
                    ("CoCa + heads' milestone line (the describer)", coca.get("describer"))):
         if c is None:
             continue
@@ -363,6 +385,10 @@ def table(r: dict) -> str:
             lines.append(f"| {who} | {t} | {_f(v['exact_match'])} | {_f(v['exact_match_no_milestone_line'])} | "
                          f"{_f(v['fact_f1'])} | {v['frames']} |")
         lines.append(f"| {who} | **all** | **{_f(c['exact_match'])}** | | **{_f(c['fact_f1'])}** | {r['heldout_frames']} |")
+    if "positions" in r:
+        lines += ["", "| keypoint head, 3D error | median cm | mean cm | 90th pct cm | frames |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {k} | {_f(v['median_cm'])} | {_f(v['mean_cm'])} | {_f(v['p90_cm'])} | {v['frames']} |"
+                  for k, v in r["positions"].items()]
     lines += ["", "| predicate | precision | recall | F1 | positives / frames |", "|---|---:|---:|---:|---:|"]
     per = r["predicates"]["per_predicate"]
     for k in sorted(per, key=lambda k: (":hazard/" not in k, k)):

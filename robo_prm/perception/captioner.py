@@ -13,7 +13,8 @@ import torch
 
 from robo_prm.perception.backbone import to_tensor
 from robo_prm.describe.render import render
-from robo_prm.perception.slots import decode, decode_placed, state_from_vector
+from robo_prm.perception.placed import decode_placed
+from robo_prm.perception.slots import decode, state_from_vector
 from robo_prm.perception.thresholds import Thresholds, thresholds_for
 from robo_prm.envs.task import Task
 from robo_prm.types import SceneDescription
@@ -95,7 +96,9 @@ class PixelCaptioner:
         logits = {k[5:]: v[i] for k, v in out.items() if k.startswith("slot/")}
         milestones = (reached, n_ms) if n_ms else None
         if "positions" in out:  # a keypoint head: distances from where things are (keypoints.py)
-            facts = decode_placed(logits, out["positions"][i], task.movable, milestones, task.carry_targets)
+            c = self.net.cfg
+            facts = decode_placed(logits, out["positions"][i], task.movable, milestones, task.carry_targets,
+                                  c.keypoint_sigma, c.keypoint_weight, c.keypoint_samples)
         else:
             facts = decode(logits, task.movable, milestones, task.carry_targets)
         text, named = render(facts, task.word, self.milestone_line)

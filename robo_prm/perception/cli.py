@@ -1,14 +1,15 @@
 """CLI wiring for `robo-prm perception collect | train-clip | train-captioner | train-keypoints | calibrate-hazards |
-caption | search | goal-sim`.
+calibrate-keypoints | caption | search | goal-sim`.
 
 Every flag is a field: `CollectConfig` (+ `--out`), `PerceptionTrainConfig`, `CalibrateArgs`, `CaptionArgs`, `SearchArgs`,
-`GoalSimArgs`.
+`GoalSimArgs`, `KeypointTrainConfig`, `KeypointChoiceArgs`.
 
     robo-prm perception collect --tasks reach_tool,tidy_table --frames 14000 --size 128 --out DIR
     robo-prm perception train-clip --data DIR --out CLIP_DIR [--epochs 8 --lr 2e-3 ...]
     robo-prm perception train-captioner --data DIR --init CLIP_DIR --out DIR
     robo-prm perception train-coca --data DIR --out COCA_DIR                    # open_clip CoCa captioner
     robo-prm perception train-keypoints --data DIR --out DIR [--init DIR]       # add a keypoint head (positions)
+    robo-prm perception calibrate-keypoints --weights DIR --data FRAMES          # its caption decoding, chosen on frames
     robo-prm perception calibrate-hazards --weights DIR --data FRAMES            # per-hazard thresholds on unseen frames
     robo-prm perception caption --task tidy_table --seed 0 [--weights DIR]      # pixel vs state caption
     robo-prm perception search --data FRAMES --query "The glass cup has fallen off the table." [--out hits.png]
@@ -50,6 +51,17 @@ class CalibrateArgs:
                                                     "saw), or the heldout / train split of its folders")
     floor: float = opt(0.91, "pooled hazard precision to keep on these frames (the aim on unseen ones: 0.9, plus a margin)",
                        min=0.0, max=1.0)
+    threads: int = opt(1, "torch threads")
+
+
+@dataclass
+class KeypointChoiceArgs:
+    data: str = opt(help="collected frames the model did not train on (several: comma-separated)")
+    weights: str = opt(help="the perception folder (with a keypoint head) whose config.json gets the choice")
+    split: Literal["all", "heldout", "train"] = opt("heldout", "which frames of --data (as calibrate-hazards)")
+    sigmas: list[float] = opt([0.002, 0.003, 0.005], "position noise (m) of the caption's candidate draws")
+    share_weights: list[float] = opt([0.0, 0.5, 1.0, 2.0, 4.0], "weights of the draws' share against the slot heads (0: the heads alone)")
+    choose_frames: int = opt(3000, "frames the choice reads (at most, evenly spaced)")
     threads: int = opt(1, "torch threads")
 
 
@@ -117,6 +129,21 @@ def cmd_train_keypoints(cfg) -> int:
     out = train_keypoints(cfg, command=_command())
     print(json.dumps(json.loads((out / "manifest.json").read_text())["keypoints"]["heldout_error"], indent=1))
     print(f"wrote {out}")
+    return 0
+
+
+def cmd_calibrate_keypoints(args: KeypointChoiceArgs) -> int:
+    """How captions weigh the keypoint head's positions against the slot heads (placed.py): the (sigma, weight) that
+    gets every slot right on the most frames of --data, written into the folder's config.json."""
+    from robo_prm.perception.train_keypoints import choose_decoding, write_decoding
+
+    bundle, frames = _model_and_frames(args)
+    if not bundle.net.cfg.keypoint_blocks:
+        raise SystemExit(f"robo-prm: error: --weights {args.weights}: the model has no keypoint head "
+                         "(add one: robo-prm perception train-keypoints)")
+    choice = choose_decoding(bundle.net, frames, args)
+    write_decoding(args.weights, choice | {"chosen_on": f"{args.data} ({args.split} frames)"})
+    print(json.dumps(choice, indent=1))
     return 0
 
 
@@ -266,6 +293,8 @@ def add_perception_commands(p) -> None:
     add("train-coca", CocaTrainConfig, cmd_train_coca, "open_clip CoCa captioner: frame → the state caption, word for word")
     add("train-keypoints", KeypointTrainConfig, cmd_train_keypoints,
         "a keypoint head on a trained folder: where the gripper and objects are, for the distance words")
+    add("calibrate-keypoints", KeypointChoiceArgs, cmd_calibrate_keypoints,
+        "how captions weigh the keypoint head's positions against the slot heads, chosen on frames")
     add("caption", CaptionArgs, cmd_caption, "caption a rendered frame from pixels and compare with the state caption")
     add("calibrate-hazards", CalibrateArgs, cmd_calibrate, "per hazard head, the threshold for the most recall at a precision floor")
     add("search", SearchArgs, cmd_search, "the collected frames whose pixel reading best fits a caption")

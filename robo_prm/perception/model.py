@@ -38,6 +38,10 @@ class NetConfig:
     carried_slots: bool = False  # heads for a carried object's edge and target clauses (slots.CARRIED_SLOTS)
     keypoint_blocks: int = 0  # > 0: a keypoint head (keypoints.py) reads the trunk after this many blocks; 0: none
     keypoint_width: int = 48
+    # how captions weigh the positions against the slot heads (placed.py); chosen by train-keypoints on held-out frames
+    keypoint_sigma: float = 0.003
+    keypoint_weight: float = 1.0
+    keypoint_samples: int = 24
 
 
 class PerceptionNet(nn.Module):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from robo_prm.describe.facts import BUCKETS, EDGE_NAMES, QUADRANTS, GripperFacts, ObjectFacts, SceneFacts, scene_facts
+from robo_prm.describe.facts import BUCKETS, EDGE_NAMES, QUADRANTS, GripperFacts, ObjectFacts, SceneFacts
 from robo_prm.envs.scene import CONTAINERS, OBJECT_KIND, OBJECTS
 from robo_prm.envs.state import SceneState
 
@@ -165,30 +165,3 @@ class SlotLabels:
         enc = encode(facts)
         return cls(np.array([enc[k] for k in slot_names()], dtype=np.int16), state_vector(state))
 
-
-def placed_state(positions: np.ndarray, heads: SceneFacts) -> SceneState:
-    """A SceneState at estimated positions ((1 + len(OBJECTS), 3): the gripper, then OBJECTS, keypoints.POINTS) with
-    what the slot heads read for the rest: which object the fingers hold, the gripper open or closed, a fragile
-    object upright or tipped (velocities zero: `moving` stays the heads' own)."""
-    from robo_prm.envs.state import ObjectState
-
-    upright = {o.sim: o.upright for o in heads.objects}
-    objects = {}
-    for i, sim in enumerate(OBJECTS):
-        up = np.array([0.0, 0.0, 1.0]) if upright.get(sim, True) else np.array([1.0, 0.0, 0.0])
-        objects[sim] = ObjectState(pos=np.asarray(positions[1 + i], dtype=np.float64), vel=np.zeros(3), up=up,
-                                   quat=np.array([1.0, 0, 0, 0]), fingers_touching=2 if heads.gripper.held == sim else 0)
-    width = 0.08 if heads.gripper.opened else 0.0
-    return SceneState(gripper_pos=np.asarray(positions[0], dtype=np.float64), gripper_vel=np.zeros(3), gripper_width=width,
-                      objects=objects)
-
-
-def decode_placed(logits: dict[str, np.ndarray], positions: np.ndarray, movable: tuple[str, ...],
-                  milestones: tuple[int, int] | None = None, targets: dict[str, str] | None = None) -> SceneFacts:
-    """Facts of a model with a keypoint head: where things are (distances, places, the nearest object, edges, the way
-    to a container) from the estimated positions through the state describer's own rules (facts.scene_facts), the
-    rest (held, open, upright, moving) from the slot heads (`decode`)."""
-    heads = decode(logits, movable, milestones, targets)
-    placed = scene_facts(movable, placed_state(positions, heads), milestones, (), targets)
-    moving = {o.sim: o.moving for o in heads.objects}
-    return replace(placed, objects=tuple(replace(o, moving=moving[o.sim]) for o in placed.objects))

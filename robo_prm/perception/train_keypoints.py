@@ -7,6 +7,7 @@ the env's cameras say where each lands in the image.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shutil
@@ -22,7 +23,7 @@ from robo_prm.perception.dataset import FrameSet, load_frames
 from robo_prm.perception.keypoints import POINTS, keypoint_loss, point_positions, project
 from robo_prm.perception.model import PerceptionNet
 from robo_prm.perception.train import _Prefix, precompute
-from robo_prm.perception.weights import CONFIG_FILE, load_perception, save_perception
+from robo_prm.perception.weights import CONFIG_FILE, MANIFEST_FILE, load_perception, save_perception
 from robo_prm.envs.task import load_task
 from robo_prm.provenance import provenance
 
@@ -43,6 +44,11 @@ class KeypointTrainConfig:
     threads: int = opt(1, "torch threads")
     seed: int = opt(0, "seed of the initialisation and the batches")
     max_minutes: float = opt(0.0, "stop early after this many minutes (0: no limit)")
+    sigmas: list[float] = opt([0.002, 0.003, 0.005], "position noise (m) of the caption's candidate draws to choose from "
+                              "on the held-out frames (placed.py)")
+    share_weights: list[float] = opt([0.0, 0.5, 1.0, 2.0, 4.0], "weights of the draws' share against the slot heads to choose "
+                                     "from (0: the heads alone)")
+    choose_frames: int = opt(3000, "held-out frames the choice reads (at most)")
 
 
 def labels(frames: FrameSet, views: list[str]) -> dict[str, torch.Tensor]:
@@ -113,12 +119,49 @@ def _fit(net: PerceptionNet, maps: torch.Tensor, lab: dict, cfg: KeypointTrainCo
         sched.step()
         if bar is not None:
             bar.update(1)
-            bar.set_postfix({k: f"{float(v):.3f}" for k, v in terms.items()})
+            bar.set_postfix({k: f"{float(v.detach()):.3f}" for k, v in terms.items()})
         if cfg.max_minutes and time.perf_counter() - t0 > 60 * cfg.max_minutes:
             log.warning("stopping after %.1f min (max_minutes)", cfg.max_minutes)
             break
     head.eval()
     return step + 1
+
+
+def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: KeypointTrainConfig) -> dict:
+    """The (sigma, weight) of placed.py whose captions get every slot right on the most held-out frames (up to
+    `choose_frames`, evenly spaced), with the heads alone and the estimate alone beside them for the record."""
+    from robo_prm.perception.placed import candidates, choose, log_softmax
+    from robo_prm.perception.slots import decode, encode
+    from robo_prm.perception.train import predict
+
+    if not len(frames):
+        return {}
+    idx = np.linspace(0, len(frames) - 1, min(cfg.choose_frames, len(frames))).astype(int)
+    out = predict(net, frames.arrays["frames"][idx])
+    tasks = [load_task(t) for t in frames.meta["tasks"]]
+    names = [k for k in frames.meta["slot_names"] if f"slot/{k}" in out]
+    truth = frames.arrays["slots"][idx][:, [frames.meta["slot_names"].index(k) for k in names]]
+
+    def right(f, j) -> bool:
+        enc = encode(f)
+        return all(t < 0 or enc[k] == t for k, t in zip(names, truth[j]))
+
+    score = {"heads": 0, "estimate": 0, **{f"sigma={s} weight={w}": 0 for s in cfg.sigmas for w in cfg.share_weights}}
+    for j in range(len(idx)):
+        task = tasks[frames.arrays["task"][idx[j]]]
+        logits = {k: out[f"slot/{k}"][j] for k in names}
+        ms = (int(frames.arrays["milestones"][idx[j]]), len(task.milestone_checks)) if task.milestone_checks else None
+        heads = decode(logits, task.movable, ms, task.carry_targets)
+        score["heads"] += right(heads, j)
+        logp = log_softmax(logits)
+        for s in cfg.sigmas:
+            counts = candidates(heads, out["positions"][j], task.movable, ms, task.carry_targets, s, 24)
+            score["estimate"] += right(next(iter(counts)), j) if s == cfg.sigmas[0] else 0  # the first draw: no noise
+            for w in cfg.share_weights:
+                score[f"sigma={s} weight={w}"] += right(choose(counts, logp, w), j)
+    best = max(((s, w) for s in cfg.sigmas for w in cfg.share_weights), key=lambda sw: score[f"sigma={sw[0]} weight={sw[1]}"])
+    return {"sigma": best[0], "weight": best[1], "frames": len(idx),
+            "all_slots_right": {k: round(v / len(idx), 4) for k, v in score.items()}}
 
 
 def train_keypoints(cfg: KeypointTrainConfig, progress: bool = True, command: str = "") -> Path:
@@ -139,33 +182,44 @@ def train_keypoints(cfg: KeypointTrainConfig, progress: bool = True, command: st
         raise ValueError(f"--data {cfg.data}: no training frames")
     held_maps, held_lab = _features(net, cfg.data, True, cfg.blocks, progress)
     prefix_s = time.perf_counter() - t0
-    steps = _fit(net, maps, lab, cfg, progress)
+    steps, n_train = _fit(net, maps, lab, cfg, progress), len(maps)
     errors = point_errors(net, held_maps, held_lab) if len(held_maps) else {}
+    del maps, held_maps
     out = Path(cfg.out)
     if out.resolve() != Path(bundle.folder).resolve():
         shutil.copytree(bundle.folder, out, dirs_exist_ok=True)
     manifest = dict(bundle.manifest or {})
-    manifest["keypoints"] = {**provenance(command or None), "config": asdict(cfg), "train_frames": len(maps),
+    manifest["keypoints"] = {**provenance(command or None), "config": asdict(cfg), "train_frames": n_train,
                              "steps": steps, "seconds_frozen_trunk": round(prefix_s, 1),
                              "seconds": round(time.perf_counter() - t0, 1), "heldout_error": errors}
-    extra = {k: v for k, v in (_config(out)).items() if k not in ("net", "hazard_threshold", "cached_texts")}
+    extra = {k: v for k, v in _config(out).items() if k not in ("net", "hazard_threshold", "cached_texts")}
     base = bundle.hazard_threshold.get("*", 0.5) if isinstance(bundle.hazard_threshold, dict) else bundle.hazard_threshold
     goals = [load_task(t).spec.goal for t in net.cfg.tasks]
     save_perception(out, net, bundle.text, manifest, base, cache_texts=goals)
     _write_config(out, _config(out) | extra)  # per-hazard thresholds and other keys the folder had
-    from robo_prm.perception import weights as _w
-
-    _w._load.cache_clear()
+    write_decoding(out, choose_decoding(net, load_frames(cfg.data, list(net.cfg.views), heldout=True), cfg))
     return out
 
 
-def _config(folder: Path) -> dict:
-    import json
+def write_decoding(folder, choice: dict) -> None:
+    """Store a `choose_decoding` result in a folder: its config's net fields and its manifest's keypoints entry
+    (an empty choice — no held-out frames — keeps the defaults)."""
+    folder = Path(folder)
+    if choice:
+        cfg = _config(folder)
+        cfg["net"] |= {"keypoint_sigma": choice["sigma"], "keypoint_weight": choice["weight"]}
+        _write_config(folder, cfg)
+    manifest = json.loads((folder / MANIFEST_FILE).read_text()) if (folder / MANIFEST_FILE).exists() else {}
+    manifest.setdefault("keypoints", {})["decoding"] = choice
+    (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
+    from robo_prm.perception import weights as _w
 
+    _w._load.cache_clear()
+
+
+def _config(folder: Path) -> dict:
     return json.loads((folder / CONFIG_FILE).read_text())
 
 
 def _write_config(folder: Path, cfg: dict) -> None:
-    import json
-
     (folder / CONFIG_FILE).write_text(json.dumps(cfg, indent=1))

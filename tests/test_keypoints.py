@@ -1,0 +1,165 @@
+"""The keypoint head: camera geometry, the heatmap loss, captions from positions, and train-/calibrate-keypoints."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from robo_prm.perception.keypoints import CENTER, POINTS, KeypointHead, Triangulate, keypoint_loss, point_positions, project
+from robo_prm.perception.placed import candidates, choose, decode_placed, log_softmax, placed_state
+from robo_prm.perception.slots import decode, encode, slot_sizes
+from robo_prm.describe.facts import scene_facts
+from robo_prm.envs.tidy_env import VIEWS
+
+
+def test_projection_and_triangulation_invert_each_other():
+    rng = np.random.default_rng(0)
+    points = np.stack([rng.uniform(1.05, 1.55, 300), rng.uniform(0.4, 1.1, 300), rng.uniform(0.4, 0.8, 300)], 1)
+    uv = np.stack([project(points, v) for v in ("front", "side")])[None]  # (1, views, P, 2)
+    back = Triangulate(["front", "side"]).double()(torch.tensor(uv))[0].numpy() / 100 + CENTER
+    assert np.abs(back - points).max() < 1e-6
+
+
+def test_projection_follows_the_camera():
+    for view, cam in VIEWS.items():
+        centre = project(cam["lookat"], view)
+        above = project(cam["lookat"] + np.array([0, 0, 0.05]), view)
+        assert np.abs(centre).max() < 1e-9  # the camera looks at its lookat point
+        assert above[1] < -0.01  # higher in the world is higher in the image (smaller y)
+    # the front camera looks along -x (azimuth 180): +y in the world (towards the tray, away from the blue bin) is to
+    # the image's right, as the rendered frames show
+    assert project(VIEWS["front"]["lookat"] + np.array([0, 0.1, 0]), "front")[0] > 0.01
+
+
+def test_heatmap_loss_teaches_the_head_where_a_bright_cell_is():
+    """Feature maps with one lit cell per point: after training, the soft-argmax finds each cell to within a cell."""
+    torch.manual_seed(0)
+    size, views = 8, ["front", "side"]
+    head = KeypointHead(len(POINTS), size, views, width=16)
+    opt = torch.optim.Adam(head.parameters(), lr=1e-2)
+
+    def batch(n):
+        cells = torch.randint(0, size, (n, len(views), len(POINTS), 2))
+        maps = torch.zeros(n, len(views), len(POINTS), size, size)
+        b, v, p = torch.meshgrid(torch.arange(n), torch.arange(len(views)), torch.arange(len(POINTS)), indexing="ij")
+        maps[b, v, p, cells[..., 1], cells[..., 0]] = 1.0
+        uv = (cells.float() + 0.5) / size * 2 - 1
+        return maps, uv
+
+    for _ in range(300):
+        maps, uv = batch(32)
+        out = head(maps)
+        n = len(maps)
+        terms = keypoint_loss(out, uv, torch.ones(n, len(views), len(POINTS), dtype=torch.bool),
+                              out["positions"].detach(), torch.zeros(n, len(POINTS), dtype=torch.bool), size)
+        opt.zero_grad()
+        terms["image"].backward()
+        opt.step()
+    head.eval()
+    maps, uv = batch(64)
+    with torch.no_grad():
+        err_cells = (head(maps)["uv"] - uv).abs().max(-1).values * size / 2
+    assert float(err_cells.median()) < 0.5 and float((err_cells < 1).float().mean()) > 0.9
+
+
+def _one_hot_logits(facts) -> dict[str, np.ndarray]:
+    enc = encode(facts)
+    out = {}
+    for k, n in slot_sizes().items():
+        x = np.zeros(n)
+        if enc[k] >= 0:
+            x[enc[k]] = 8.0
+        out[k] = x
+    return out
+
+
+@pytest.mark.parametrize("task_name", ["reach_tool", "push_tool_from_edge", "place_cup_in_bin", "tidy_table"])
+def test_true_positions_and_heads_give_the_state_captions_facts(make_env, task_name):
+    """Along an expert episode: heads reading the true facts plus the true positions decode to exactly the state
+    describer's facts (held, open, upright and moving carried over from the heads, the rest re-derived)."""
+    from robo_prm.envs.experts import ScriptedExpert
+    from robo_prm.envs.state import snapshot
+
+    env = make_env(task_name, describe=False)
+    task = env.unwrapped.task
+    env.reset(seed=0)
+    expert = ScriptedExpert(env, noise=0.05, seed=0)
+    checked = 0
+    for step in range(60):
+        state = snapshot(env.unwrapped.model, env.unwrapped.data)
+        truth = scene_facts(task.movable, state, None, (), task.carry_targets)
+        positions = np.stack([state.gripper_pos] + [state.objects[s].pos for s in POINTS[1:]])
+        assert decode_placed(_one_hot_logits(truth), positions, task.movable, None, task.carry_targets) == truth, step
+        checked += 1
+        _, _, term, trunc, _ = env.step(expert())
+        if term or trunc:
+            break
+    assert checked >= 5
+
+
+def test_choice_between_heads_and_positions():
+    """Heads leaning to one gripper distance, every draw of the estimate giving another: weight 0 keeps the heads,
+    a large weight the estimate."""
+    from robo_prm.describe.facts import GripperFacts, SceneFacts
+    from robo_prm.envs.task import load_task
+
+    task = load_task("reach_tool")
+    hammer = np.array([1.30, 0.75, 0.425])
+    positions = np.stack([hammer + np.array([0.0, 0.12, 0.0])] + [hammer] * (len(POINTS) - 1))  # 12 cm from it
+    nothing_held = SceneFacts(GripperFacts(True, None, None, None, None), ())
+    truth = scene_facts(task.movable, placed_state(positions, nothing_held), None, (), task.carry_targets)
+    assert truth.gripper.bucket == "15 cm"
+    logits = _one_hot_logits(truth)
+    logits["gripper.bucket"] = np.array([-4.0, -4.0, -4.0, 1.0, 0.0, -4.0, -4.0, -4.0])  # "10 cm" over "15 cm"
+    heads = decode(logits, task.movable)
+    assert heads.gripper.bucket == "10 cm"
+    counts = candidates(heads, positions, task.movable, None, task.carry_targets, sigma=0.002, samples=16)
+    assert choose(counts, log_softmax(logits), 0.0).gripper.bucket == "10 cm"
+    assert choose(counts, log_softmax(logits), 10.0) == truth
+
+
+def test_train_and_calibrate_keypoints_cli(tiny_two_view_model, tmp_path):
+    """`train-keypoints` adds a head to a folder (its other weights unchanged), the folder loads and captions from
+    the positions; `calibrate-keypoints` writes its choice; a folder without a head is a one-line error."""
+    from robo_prm.cli import main
+    from robo_prm.perception.dataset import CollectConfig, collect, load_frames
+    from robo_prm.perception.weights import load_perception
+    from robo_prm.envs.task import load_task
+
+    data = tmp_path / "frames"
+    collect(CollectConfig(tasks=["reach_tool"], frames=24, size=48, views=["front", "side"], stride=2, heldout_every=3,
+                          max_steps=12, seed=7), data, progress=False)
+    out = tmp_path / "with_head"
+    assert main(["perception", "train-keypoints", "--data", str(data), "--init", str(tiny_two_view_model), "--out", str(out),
+                 "--epochs", "1", "--batch", "8", "--width", "8", "--sigmas", "0.003", "--share_weights", "0,1"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["keypoints"]["heldout_error"]) <= set(POINTS) and manifest["keypoints"]["decoding"]["frames"] > 0
+    bundle, before = load_perception(out), load_perception(tiny_two_view_model)
+    assert bundle.net.cfg.keypoint_blocks == 3
+    assert torch.equal(bundle.net.slots.weight, before.net.slots.weight)
+    frames = load_frames(data).arrays["frames"][:3]
+    with torch.no_grad():
+        assert bundle.net(torch.from_numpy(frames).permute(0, 3, 1, 2).float())["positions"].shape == (3, len(POINTS), 3)
+    text = bundle.captioner(load_task("reach_tool"))(frames[0]).text
+    assert text.startswith("The gripper")
+    assert main(["perception", "calibrate-keypoints", "--weights", str(out), "--data", str(data), "--split", "all",
+                 "--sigmas", "0.004", "--share_weights", "2"]) == 0
+    assert json.loads((out / "config.json").read_text())["net"]["keypoint_sigma"] == 0.004
+    with pytest.raises(SystemExit, match="no keypoint head"):
+        main(["perception", "calibrate-keypoints", "--weights", str(tiny_two_view_model), "--data", str(data)])
+
+
+def test_the_perception_benchmark_measures_position_errors_over_the_points_a_task_uses(load_benchmark):
+    from types import SimpleNamespace
+
+    b = load_benchmark("perception")
+    rng = np.random.default_rng(0)
+    state = rng.uniform(0.4, 1.4, (6, 25)).astype(np.float32)
+    held = SimpleNamespace(arrays={"state": state, "task": np.array([0, 0, 0, 1, 1, 1])},
+                           meta={"tasks": ["reach_tool", "tidy_table"], "views": ["front", "side"]})
+    positions = point_positions(state) + np.array([0.0, 0.03, 0.04])  # 5 cm off everywhere
+    r = b.position_errors({"positions": positions}, held)
+    assert r["gripper"]["frames"] == 6 and r["tool0"]["frames"] == 6 and r["cup0"]["frames"] == 3  # reach: hammer only
+    assert all(abs(v["median_cm"] - 5.0) < 1e-3 and abs(v["p90_cm"] - 5.0) < 1e-3 for v in r.values())
