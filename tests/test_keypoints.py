@@ -163,3 +163,34 @@ def test_the_perception_benchmark_measures_position_errors_over_the_points_a_tas
     r = b.position_errors({"positions": positions}, held)
     assert r["gripper"]["frames"] == 6 and r["tool0"]["frames"] == 6 and r["cup0"]["frames"] == 3  # reach: hammer only
     assert all(abs(v["median_cm"] - 5.0) < 1e-3 and abs(v["p90_cm"] - 5.0) < 1e-3 for v in r.values())
+
+
+def test_search_counts_the_position_draws_that_state_a_caption():
+    """Two frames the heads read alike (10 or 15 cm, undecided); their positions differ: each distance's caption
+    finds the frame whose positions say it."""
+    from types import SimpleNamespace
+
+    from robo_prm.describe.facts import GripperFacts, SceneFacts
+    from robo_prm.describe.render import render
+    from robo_prm.perception.model import NetConfig
+    from robo_prm.perception.retrieve import CaptionRetriever
+    from robo_prm.envs.task import load_task
+
+    task = load_task("reach_tool")
+    hammer = np.array([1.30, 0.75, 0.425])
+    nothing_held = SceneFacts(GripperFacts(True, None, None, None, None), ())
+    frames, texts = [], []
+    for gap in (0.12, 0.08):
+        positions = np.stack([hammer + np.array([0.0, gap, 0.0])] + [hammer] * (len(POINTS) - 1))
+        truth = scene_facts(task.movable, placed_state(positions, nothing_held), None, (), task.carry_targets)
+        frames.append((positions, _one_hot_logits(truth)))
+        texts.append(render(truth, task.word)[0])
+    assert "15 cm" in texts[0] and "10 cm" in texts[1]
+    outputs = {f"slot/{k}": np.stack([logits[k] for _, logits in frames]) for k in slot_sizes()}
+    outputs["slot/gripper.bucket"][:, 3:5] = 0.0  # undecided between 10 and 15 cm
+    outputs |= {"positions": np.stack([p for p, _ in frames]), "embed": np.zeros((2, 4)), "preds": np.zeros((2, 1))}
+    net = SimpleNamespace(cfg=NetConfig(predicate_keys=[], keypoint_blocks=3))
+    retriever = CaptionRetriever(net, outputs, ["reach_tool"] * 2)
+    assert list(retriever.search(texts[0], 2)) == [0, 1] and list(retriever.search(texts[1], 2)) == [1, 0]
+    plain = CaptionRetriever(net, {k: v for k, v in outputs.items() if k != "positions"}, ["reach_tool"] * 2)
+    assert plain.log_likelihood(texts[0])[0] == plain.log_likelihood(texts[0])[1]  # the heads alone cannot tell

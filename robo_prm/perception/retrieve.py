@@ -4,8 +4,10 @@ A scene caption (describe/render.py) is parsed back into the facts it states (de
 score is the log-probability its slot heads give those facts, plus the milestone line's count under the predicate
 heads. This is the caption model's image–text matching score (as BLIP and CoCa rank by their captioning heads),
 against the CLIP embedding's cosine (`ClipModel`), which has to squeeze a whole scene into one vector: captions
-differing in one distance word sit close together there. Text no renderer could have written (free wording)
-falls back to the CLIP cosine. benchmarks/perception.py measures both.
+differing in one distance word sit close together there. With a keypoint head (placed.py) a frame's score also
+counts how many of its position draws state the caption's distances and places, weighed as a caption is chosen.
+Text no renderer could have written (free wording) falls back to the CLIP cosine. benchmarks/perception.py measures
+both.
 """
 from __future__ import annotations
 
@@ -15,7 +17,10 @@ import numpy as np
 
 from robo_prm.describe.facts import GripperFacts, SceneFacts
 from robo_prm.describe.parse import CaptionReadings, parser_for
-from robo_prm.perception.slots import encode
+from robo_prm.perception.slots import decode, encode
+
+# the slot kinds a keypoint head's positions decide (placed.py); the rest come from the heads alone
+GEOMETRIC = ("nearest", "relation", "bucket", "place", "edge", "target")
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:
@@ -72,6 +77,12 @@ class CaptionRetriever:
             wanted = [f"{t}:milestone/{m.name}" for m in parser_for(t).task.spec.milestones]
             if all(k in keys for k in wanted):
                 self.milestones[t] = outputs["preds"][rows][:, [keys.index(k) for k in wanted]]
+        self.placed = {}  # task → (slot names, candidate slot classes, candidate's frame, count, draws per frame)
+        if "positions" in outputs:
+            c = net.cfg
+            for t, rows in self.rows.items():
+                self.placed[t] = placed_candidates(outputs, rows, parser_for(t).task, c.keypoint_sigma, c.keypoint_samples)
+            self.weight = c.keypoint_weight
 
     def log_likelihood(self, text: str) -> np.ndarray:
         """(N,) log-probability of `text` per gallery frame: -inf where the frame's task cannot word it so. A whole
@@ -91,8 +102,20 @@ class CaptionRetriever:
                     s += logp[slot][:, classes[0]] if len(classes) == 1 else np.logaddexp.reduce(logp[slot][:, list(classes)], axis=1)
             if readings.milestones and task_name in self.milestones:
                 s += milestone_log_prob(self.milestones[task_name], readings.milestones[0])
+            if task_name in self.placed:
+                s += self.weight * self._draw_share(task_name, readings, len(rows))
             score[rows] = s
         return score
+
+    def _draw_share(self, task_name: str, readings: CaptionReadings, frames: int) -> np.ndarray:
+        """log((draws stating the caption's distances and places + 0.5) / (draws + 0.5)) per frame of a task."""
+        names, classes, frame, count, draws = self.placed[task_name]
+        match = np.ones(len(frame), bool)
+        for slot, allowed in slot_classes(readings).items():
+            if slot in names and slot.split(".")[1] in GEOMETRIC:
+                match &= np.isin(classes[:, names.index(slot)], allowed)
+        agree = np.bincount(frame, weights=count * match, minlength=frames)
+        return np.log((agree + 0.5) / (draws + 0.5))
 
     def scores(self, text: str) -> tuple[np.ndarray, bool]:
         """(N,) scores and whether the captioner gave them: the caption likelihood, or the CLIP cosine for text no
@@ -105,6 +128,25 @@ class CaptionRetriever:
     def search(self, text: str, k: int = 5) -> np.ndarray:
         """Indices of the k best-matching gallery frames, best first."""
         return top_k(self.scores(text)[0], k)
+
+
+def placed_candidates(outputs: dict[str, np.ndarray], rows: np.ndarray, task, sigma: float, samples: int):
+    """Every frame's candidate scenes from its position draws (placed.candidates), as slot classes: (slot names,
+    (C, slots) classes, (C,) the candidate's frame among `rows`, (C,) its count, draws per frame)."""
+    from robo_prm.perception.placed import candidates
+
+    names = [k[5:] for k in outputs if k.startswith("slot/")]
+    classes, frame, count = [], [], []
+    for j, i in enumerate(rows):
+        logits = {k: outputs[f"slot/{k}"][i] for k in names}
+        heads = decode(logits, task.movable, None, task.carry_targets)
+        for f, n in candidates(heads, outputs["positions"][i], task.movable, None, task.carry_targets, sigma,
+                               samples).items():
+            enc = encode(f)
+            classes.append([enc[k] for k in names])
+            frame.append(j)
+            count.append(n)
+    return names, np.array(classes).reshape(len(frame), len(names)), np.array(frame, int), np.array(count, float), samples
 
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
