@@ -194,3 +194,15 @@ def test_search_counts_the_position_draws_that_state_a_caption():
     assert list(retriever.search(texts[0], 2)) == [0, 1] and list(retriever.search(texts[1], 2)) == [1, 0]
     plain = CaptionRetriever(net, {k: v for k, v in outputs.items() if k != "positions"}, ["reach_tool"] * 2)
     assert plain.log_likelihood(texts[0])[0] == plain.log_likelihood(texts[0])[1]  # the heads alone cannot tell
+
+
+def test_caption_precision_benchmark_is_exact_without_noise_and_not_with_much(load_benchmark, tiny_data):
+    from robo_prm.perception.dataset import load_frames
+    from robo_prm.envs.task import load_task
+
+    b = load_benchmark("caption_precision")
+    frames = load_frames(tiny_data[0]).arrays
+    tasks = [load_task(t) for t in tiny_data[1]["tasks"]]
+    r = b.precision_table(frames["state"], frames["slots"], frames["task"], tasks, tiny_data[1]["slot_names"], [0.0, 0.1])
+    assert r["0"]["all_slots_right"] == 1.0 and all(v == 1.0 for v in r["0"]["slot_accuracy"].values())
+    assert r["0.1"]["all_slots_right"] < 0.5
