@@ -144,6 +144,8 @@ def test_train_and_calibrate_keypoints_cli(tiny_two_view_model, tmp_path):
         assert bundle.net(torch.from_numpy(frames).permute(0, 3, 1, 2).float())["positions"].shape == (3, len(POINTS), 3)
     text = bundle.captioner(load_task("reach_tool"))(frames[0]).text
     assert text.startswith("The gripper")
+    other = bundle.captioner(load_task("place_cup_in_bin"))(frames[0])  # no heads for it: predicates on the estimate
+    assert other.text.startswith("The gripper") and 0.0 <= other.rule_progress <= 1.0
     assert main(["perception", "calibrate-keypoints", "--weights", str(out), "--data", str(data), "--split", "all",
                  "--sigmas", "0.004", "--share_weights", "2"]) == 0
     assert json.loads((out / "config.json").read_text())["net"]["keypoint_sigma"] == 0.004
@@ -206,3 +208,15 @@ def test_caption_precision_benchmark_is_exact_without_noise_and_not_with_much(lo
     r = b.precision_table(frames["state"], frames["slots"], frames["task"], tasks, tiny_data[1]["slot_names"], [0.0, 0.1])
     assert r["0"]["all_slots_right"] == 1.0 and all(v == 1.0 for v in r["0"]["slot_accuracy"].values())
     assert r["0.1"]["all_slots_right"] < 0.5
+
+
+def test_with_positions_replaces_only_the_points():
+    rng = np.random.default_rng(1)
+    state = rng.normal(size=25).astype(np.float32)
+    positions = rng.normal(size=(len(POINTS), 3))
+    from robo_prm.perception.keypoints import with_positions
+
+    out = with_positions(state, positions)
+    assert np.allclose(point_positions(out[None])[0], positions, atol=1e-6)
+    moved = np.r_[0, 1, 2, [4 + 7 * i + k for i in range(3) for k in range(3)]]
+    assert np.array_equal(np.delete(out, moved), np.delete(state, moved))

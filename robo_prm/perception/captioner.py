@@ -13,6 +13,7 @@ import torch
 
 from robo_prm.perception.backbone import to_tensor
 from robo_prm.describe.render import render
+from robo_prm.perception.keypoints import with_positions
 from robo_prm.perception.placed import decode_placed
 from robo_prm.perception.slots import decode, state_from_vector
 from robo_prm.perception.thresholds import Thresholds, thresholds_for
@@ -90,8 +91,9 @@ class PixelCaptioner:
             reached = max((k + 1 for k, held in enumerate(ms) if held), default=0)
             hazards = tuple(h for h, on in zip(task.hazard_checks, hz) if on)
             rule_progress = float(1.0 / (1.0 + np.exp(-out["progress"][i, self.task_index])))
-        else:  # a task without heads: check its predicates on the estimated state
-            status = task.status(state_from_vector(out["state"][i]))
+        else:  # a task without heads: check its predicates on the estimated state (positions from a keypoint head)
+            vec = out["state"][i] if "positions" not in out else with_positions(out["state"][i], out["positions"][i])
+            status = task.status(state_from_vector(vec))
             reached, hazards, rule_progress = status.reached, status.hazards, status.rule_progress
         logits = {k[5:]: v[i] for k, v in out.items() if k.startswith("slot/")}
         milestones = (reached, n_ms) if n_ms else None

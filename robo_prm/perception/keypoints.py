@@ -122,6 +122,15 @@ def point_positions(state: np.ndarray) -> np.ndarray:
     return np.stack([state[:, 0:3]] + [state[:, 4 + 7 * i: 7 + 7 * i] for i in range(len(OBJECTS))], 1)
 
 
+def with_positions(state: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """A state vector (slots.state_vector) with its points' positions replaced by `positions` (P, 3)."""
+    out = np.array(state, dtype=np.float32, copy=True)
+    out[0:3] = positions[0]
+    for i in range(len(OBJECTS)):
+        out[4 + 7 * i: 7 + 7 * i] = positions[1 + i]
+    return out
+
+
 def keypoint_loss(out: dict[str, torch.Tensor], uv: torch.Tensor, seen: torch.Tensor, positions: torch.Tensor,
                   used: torch.Tensor, size: int) -> dict[str, torch.Tensor]:
     """Heatmap cross-entropy against a Gaussian (σ = one cell) at the true projection, plus the soft-argmax's L1
