@@ -27,6 +27,7 @@ from robo_prm.config_flags import add_config_args, config_command, opt
 from robo_prm.perception.clip import ClipConfig
 from robo_prm.perception.dataset import CollectConfig
 from robo_prm.perception.train import PerceptionTrainConfig, captioner_defaults, clip_defaults
+from robo_prm.perception.train_keypoints import DecodingGrid
 
 
 @dataclass(kw_only=True)
@@ -54,14 +55,11 @@ class CalibrateArgs:
     threads: int = opt(1, "torch threads")
 
 
-@dataclass
-class KeypointChoiceArgs:
+@dataclass(kw_only=True)
+class KeypointChoiceArgs(DecodingGrid):
     data: str = opt(help="collected frames the model did not train on (several: comma-separated)")
     weights: str = opt(help="the perception folder (with a keypoint head) whose config.json gets the choice")
     split: Literal["all", "heldout", "train"] = opt("heldout", "which frames of --data (as calibrate-hazards)")
-    sigmas: list[float] = opt([0.002, 0.003, 0.005], "position noise (m) of the caption's candidate draws")
-    share_weights: list[float] = opt([0.0, 0.5, 1.0, 2.0, 4.0], "weights of the draws' share against the slot heads (0: the heads alone)")
-    choose_frames: int = opt(3000, "frames the choice reads (at most, evenly spaced)")
     threads: int = opt(1, "torch threads")
 
 

@@ -87,8 +87,7 @@ class _Prefix(torch.nn.Module):
     @torch.no_grad()
     def forward(self, x):
         """(B, 3, S, views·S) → (B, views, C, h, w)."""
-        fmap = self.trunk.prefix(self.tiles(x), self.n)
-        return fmap.reshape(len(x), -1, *fmap.shape[1:])
+        return PerceptionNet.per_frame(self.trunk.prefix(self.tiles(x), self.n), len(x))
 
 
 def _rest(net: PerceptionNet, fmap: torch.Tensor, n: int) -> dict[str, torch.Tensor]:

@@ -31,7 +31,18 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class KeypointTrainConfig:
+class DecodingGrid:
+    """What `choose_decoding` tries: how captions weigh a keypoint head's positions against the slot heads."""
+
+    sigmas: list[float] = opt([0.002, 0.003, 0.005], "position noise (m) of the caption's candidate draws to choose from "
+                              "(placed.py)")
+    share_weights: list[float] = opt([0.0, 0.5, 1.0, 2.0, 4.0], "weights of the draws' share against the slot heads to "
+                                     "choose from (0: the heads alone)")
+    choose_frames: int = opt(3000, "held-out frames the choice reads (at most, evenly spaced)")
+
+
+@dataclass
+class KeypointTrainConfig(DecodingGrid):
     data: str = opt("data/perception", "folders written by `robo-prm perception collect` (comma-separated)")
     init: str | None = opt(None, "the perception folder to add the head to (null: the shipped model)")
     out: str = opt("runs/perception_keypoints", "where the folder with the head goes")
@@ -44,11 +55,6 @@ class KeypointTrainConfig:
     threads: int = opt(1, "torch threads")
     seed: int = opt(0, "seed of the initialisation and the batches")
     max_minutes: float = opt(0.0, "stop early after this many minutes (0: no limit)")
-    sigmas: list[float] = opt([0.002, 0.003, 0.005], "position noise (m) of the caption's candidate draws to choose from "
-                              "on the held-out frames (placed.py)")
-    share_weights: list[float] = opt([0.0, 0.5, 1.0, 2.0, 4.0], "weights of the draws' share against the slot heads to choose "
-                                     "from (0: the heads alone)")
-    choose_frames: int = opt(3000, "held-out frames the choice reads (at most)")
 
 
 def labels(frames: FrameSet, views: list[str]) -> dict[str, torch.Tensor]:
@@ -127,7 +133,7 @@ def _fit(net: PerceptionNet, maps: torch.Tensor, lab: dict, cfg: KeypointTrainCo
     return step + 1
 
 
-def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: KeypointTrainConfig) -> dict:
+def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: DecodingGrid) -> dict:
     """The (sigma, weight) of placed.py whose captions get every slot right on the most held-out frames (up to
     `choose_frames`, evenly spaced), with the heads alone and the estimate alone beside them for the record."""
     from robo_prm.perception.placed import candidates, choose, log_softmax
@@ -155,7 +161,8 @@ def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: KeypointTrainConf
         score["heads"] += right(heads, j)
         logp = log_softmax(logits)
         for s in cfg.sigmas:
-            counts = candidates(heads, out["positions"][j], task.movable, ms, task.carry_targets, s, 24)
+            counts = candidates(heads, out["positions"][j], task.movable, ms, task.carry_targets, s,
+                                net.cfg.keypoint_samples)
             score["estimate"] += right(next(iter(counts)), j) if s == cfg.sigmas[0] else 0  # the first draw: no noise
             for w in cfg.share_weights:
                 score[f"sigma={s} weight={w}"] += right(choose(counts, logp, w), j)
