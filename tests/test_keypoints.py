@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from robo_prm.perception.keypoints import CENTER, POINTS, KeypointHead, Triangulate, keypoint_loss, point_positions, project
-from robo_prm.perception.placed import candidates, choose, decode_placed, log_softmax, placed_state
+from robo_prm.perception.placed import candidates, choose, decode_placed, placed_state, slot_log_probs
 from robo_prm.perception.slots import decode, encode, slot_sizes
 from robo_prm.describe.facts import scene_facts
 from robo_prm.envs.tidy_env import VIEWS
@@ -116,8 +116,8 @@ def test_choice_between_heads_and_positions():
     heads = decode(logits, task.movable)
     assert heads.gripper.bucket == "10 cm"
     counts = candidates(heads, positions, task.movable, None, task.carry_targets, sigma=0.002, samples=16)
-    assert choose(counts, log_softmax(logits), 0.0).gripper.bucket == "10 cm"
-    assert choose(counts, log_softmax(logits), 10.0) == truth
+    assert choose(counts, slot_log_probs(logits), 0.0).gripper.bucket == "10 cm"
+    assert choose(counts, slot_log_probs(logits), 10.0) == truth
 
 
 def test_train_and_calibrate_keypoints_cli(tiny_two_view_model, tmp_path):

@@ -19,6 +19,9 @@ from robo_prm.perception.slots import decode, encode
 from robo_prm.envs.scene import OBJECTS
 from robo_prm.envs.state import ObjectState, SceneState
 
+# the slot kinds the positions decide; the others (held, opened, upright, moving) are the heads' in every candidate
+FROM_POSITIONS = ("nearest", "relation", "bucket", "place", "edge", "target")
+
 
 def placed_state(positions: np.ndarray, heads: SceneFacts) -> SceneState:
     """A SceneState at estimated positions ((1 + len(OBJECTS), 3): the gripper, then OBJECTS, keypoints.POINTS) with
@@ -62,12 +65,14 @@ def choose(counts: dict[SceneFacts, int], log_probs: dict[str, np.ndarray], weig
     return max(counts, key=lambda f: log_likelihood(log_probs, f) + weight * np.log((counts[f] + 0.5) / (n + 0.5)))
 
 
-def log_softmax(logits: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    out = {}
-    for k, x in logits.items():
-        z = x - x.max()
-        out[k] = z - np.log(np.exp(z).sum())
-    return out
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    """Along the last axis (one frame's logits, or a batch's)."""
+    z = x - x.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def slot_log_probs(logits: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: log_softmax(x) for k, x in logits.items()}
 
 
 def decode_placed(logits: dict[str, np.ndarray], positions: np.ndarray, movable: tuple[str, ...],
@@ -76,4 +81,4 @@ def decode_placed(logits: dict[str, np.ndarray], positions: np.ndarray, movable:
     """One frame's facts from its slot-head logits and the keypoint head's positions (module docstring)."""
     heads = decode(logits, movable, milestones, targets)
     counts = candidates(heads, positions, movable, milestones, targets, sigma, samples)
-    return choose(counts, log_softmax(logits), weight)
+    return choose(counts, slot_log_probs(logits), weight)

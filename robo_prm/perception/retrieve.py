@@ -17,15 +17,8 @@ import numpy as np
 
 from robo_prm.describe.facts import GripperFacts, SceneFacts
 from robo_prm.describe.parse import CaptionReadings, parser_for
+from robo_prm.perception.placed import FROM_POSITIONS, candidates, log_softmax
 from robo_prm.perception.slots import decode, encode
-
-# the slot kinds a keypoint head's positions decide (placed.py); the rest come from the heads alone
-GEOMETRIC = ("nearest", "relation", "bucket", "place", "edge", "target")
-
-
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x - x.max(axis=1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
 
 
 def _log_sigmoid(x: np.ndarray) -> np.ndarray:
@@ -67,7 +60,7 @@ class CaptionRetriever:
         self.clip = clip
         self.tasks = np.asarray(frame_tasks)
         self.embed = outputs["embed"]
-        logp = {k[5:]: _log_softmax(v) for k, v in outputs.items() if k.startswith("slot/")}
+        logp = {k[5:]: log_softmax(v) for k, v in outputs.items() if k.startswith("slot/")}
         self.rows = {str(t): np.flatnonzero(self.tasks == t) for t in np.unique(self.tasks)}
         # per task, sliced once (not per query): its frames' slot log-probabilities and milestone logits
         self.logp = {t: {k: v[rows] for k, v in logp.items()} for t, rows in self.rows.items()}
@@ -112,7 +105,7 @@ class CaptionRetriever:
         names, classes, frame, count, draws = self.placed[task_name]
         match = np.ones(len(frame), bool)
         for slot, allowed in slot_classes(readings).items():
-            if slot in names and slot.split(".")[1] in GEOMETRIC:
+            if slot in names and slot.split(".")[1] in FROM_POSITIONS:
                 match &= np.isin(classes[:, names.index(slot)], allowed)
         agree = np.bincount(frame, weights=count * match, minlength=frames)
         return np.log((agree + 0.5) / (draws + 0.5))
@@ -133,8 +126,6 @@ class CaptionRetriever:
 def placed_candidates(outputs: dict[str, np.ndarray], rows: np.ndarray, task, sigma: float, samples: int):
     """Every frame's candidate scenes from its position draws (placed.candidates), as slot classes: (slot names,
     (C, slots) classes, (C,) the candidate's frame among `rows`, (C,) its count, draws per frame)."""
-    from robo_prm.perception.placed import candidates
-
     names = [k[5:] for k in outputs if k.startswith("slot/")]
     classes, frame, count = [], [], []
     for j, i in enumerate(rows):

@@ -136,7 +136,7 @@ def _fit(net: PerceptionNet, maps: torch.Tensor, lab: dict, cfg: KeypointTrainCo
 def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: DecodingGrid) -> dict:
     """The (sigma, weight) of placed.py whose captions get every slot right on the most held-out frames (up to
     `choose_frames`, evenly spaced), with the heads alone and the estimate alone beside them for the record."""
-    from robo_prm.perception.placed import candidates, choose, log_softmax
+    from robo_prm.perception.placed import candidates, choose, slot_log_probs
     from robo_prm.perception.slots import decode, encode
     from robo_prm.perception.train import predict
 
@@ -159,7 +159,7 @@ def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: DecodingGrid) -> 
         ms = (int(frames.arrays["milestones"][idx[j]]), len(task.milestone_checks)) if task.milestone_checks else None
         heads = decode(logits, task.movable, ms, task.carry_targets)
         score["heads"] += right(heads, j)
-        logp = log_softmax(logits)
+        logp = slot_log_probs(logits)
         for s in cfg.sigmas:
             counts = candidates(heads, out["positions"][j], task.movable, ms, task.carry_targets, s,
                                 net.cfg.keypoint_samples)
