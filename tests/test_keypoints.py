@@ -136,6 +136,7 @@ def test_train_and_calibrate_keypoints_cli(tiny_two_view_model, tmp_path):
                  "--epochs", "1", "--batch", "8", "--width", "8", "--sigmas", "0.003", "--share_weights", "0,1"]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert set(manifest["keypoints"]["heldout_error"]) <= set(POINTS) and manifest["keypoints"]["decoding"]["frames"] > 0
+    assert manifest["keypoints"]["decoding"]["chosen_on"] == f"{data} (heldout frames)"
     bundle, before = load_perception(out), load_perception(tiny_two_view_model)
     assert bundle.net.cfg.keypoint_blocks == 3
     assert torch.equal(bundle.net.slots.weight, before.net.slots.weight)

@@ -204,7 +204,8 @@ def train_keypoints(cfg: KeypointTrainConfig, progress: bool = True, command: st
     goals = [load_task(t).spec.goal for t in net.cfg.tasks]
     save_perception(out, net, bundle.text, manifest, base, cache_texts=goals)
     _write_config(out, _config(out) | extra)  # per-hazard thresholds and other keys the folder had
-    write_decoding(out, choose_decoding(net, load_frames(cfg.data, list(net.cfg.views), heldout=True), cfg))
+    choice = choose_decoding(net, load_frames(cfg.data, list(net.cfg.views), heldout=True), cfg)
+    write_decoding(out, choice | {"chosen_on": f"{cfg.data} (heldout frames)"} if choice else choice)
     return out
 
 
