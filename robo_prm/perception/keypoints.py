@@ -6,7 +6,11 @@ hard"). Classifying a bucket from a pooled feature vector reads them at about 1 
 heatmap per tracked point (the gripper and each object) on an early, stride-4 feature map of the trunk, supervised
 by where the simulator's camera projects the point; the soft-argmax of a heatmap is a sub-pixel image position, the
 two views' rays are intersected (their closest approach) into a 3D point, and a small learned correction covers
-points one camera cannot see. The positions go through the state describer's own rules (facts.scene_facts), so the
+points one camera cannot see. A head with a *readout* (`NetConfig.keypoint_readout`) also pools each point's
+features from its heatmap and reads from them whether each view sees the point (the triangulation weighs each
+view's ray by it), the point's height (a prior that places a point one view cannot see on its ray), and the caption
+slots that sit at the point: the gripper open or holding, a cup upright, an object moving (`READOUT_SLOTS`).
+The positions go through the state describer's own rules (facts.scene_facts), so the
 pixel caption uses the same thresholds as the state caption.
 
 Cameras are the env's `VIEWS` (lookat, distance, azimuth, elevation) with the model's vertical field of view.
@@ -20,8 +24,12 @@ from torch import nn
 
 from robo_prm.envs.scene import OBJECTS
 from robo_prm.envs.tidy_env import VIEWS
+from robo_prm.perception.slots import HELD
 
 POINTS = ("gripper",) + OBJECTS  # what the head tracks, in this order
+# caption slots a readout head reads at the points (class counts as slots.slot_sizes)
+READOUT_SLOTS = {"gripper.held": len(HELD), "gripper.opened": 2, **{f"{o}.upright": 2 for o in OBJECTS},
+                 **{f"{o}.moving": 2 for o in OBJECTS}}
 FOVY_DEG = 45.0  # the Fetch scene's vis.global.fovy (MuJoCo's default)
 CENTER = np.array([1.30, 0.75, 0.40])  # the table top's centre: positions are learned as cm from here
 
@@ -72,6 +80,21 @@ class Triangulate(nn.Module):
         s, t = (b * e1 - e0) / den, (e1 - b * e0) / den
         return 0.5 * (o[:, 0] + s[..., None] * d0 + o[:, 1] + t[..., None] * d1)
 
+    def weighted(self, uv: torch.Tensor, weight: torch.Tensor, height: torch.Tensor, strength: torch.Tensor) -> torch.Tensor:
+        """The point nearest, in the least-squares sense, to each view's ray weighted by `weight` (B, 2, P) and to the
+        plane at `height` (B, P, cm) weighted by `strength` (P): with both rays trusted it is the rays' midpoint
+        (`forward`), with one it is where that ray meets the height plane."""
+        x, y = uv[..., 0:1] * self.tan, -uv[..., 1:2] * self.tan
+        fwd, up, right = (self.basis[:, k][None, :, None] for k in range(3))
+        d = F.normalize(fwd + x * right + y * up, dim=-1)  # (B, 2, P, 3)
+        off_ray = torch.eye(3, dtype=d.dtype) - d[..., :, None] * d[..., None, :]  # projects onto a ray's normal plane
+        w = weight[..., None, None]
+        ez = torch.tensor([0.0, 0.0, 1.0], dtype=d.dtype)
+        plane = strength[:, None, None] * ez[:, None] * ez[None, :]
+        a = (w * off_ray).sum(1) + plane + 1e-4 * torch.eye(3, dtype=d.dtype)  # the ridge: defined with no ray trusted
+        b = (w * off_ray @ self.origin[None, :, None, :, None]).sum(1)[..., 0] + (strength * height)[..., None] * ez
+        return torch.linalg.solve(a, b)
+
 
 def _conv(cin: int, cout: int, dilation: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=dilation, dilation=dilation), nn.BatchNorm2d(cout), nn.ReLU())
@@ -82,7 +105,7 @@ class KeypointHead(nn.Module):
     "positions": (B, P, 3) metres}. Dilated convolutions give each cell a view of the whole table; coordinate
     channels let a heatmap know where it is."""
 
-    def __init__(self, channels: int, size: int, views: list[str], width: int = 48):
+    def __init__(self, channels: int, size: int, views: list[str], width: int = 48, readout: bool = False):
         super().__init__()
         self.views, self.size = list(views), size
         self.conv = nn.Sequential(_conv(channels + 2, width, 1), _conv(width, width, 2), _conv(width, width, 4),
@@ -94,6 +117,7 @@ class KeypointHead(nn.Module):
         nn.init.zeros_(self.correct[-1].bias)
         self.triangulate = Triangulate(views)
         self.register_buffer("grid", cell_centres(size), persistent=False)
+        self.readout = Readout(len(views), width, n) if readout else None
 
     def forward(self, fmap: torch.Tensor) -> dict[str, torch.Tensor]:
         b, v = fmap.shape[:2]
@@ -105,9 +129,39 @@ class KeypointHead(nn.Module):
         uv = torch.einsum("bpn,cn->bpc", p, self.grid).reshape(b, v, len(POINTS), 2)
         peak = p.max(-1).values.reshape(b, v, len(POINTS), 1)
         z = torch.cat([torch.cat([uv, peak], -1).flatten(2), h.mean((2, 3)).reshape(b, v, -1)], -1).flatten(1)
-        cm = self.triangulate(uv) + self.correct(z).reshape(b, len(POINTS), 3)
-        return {"uv": uv, "heat": heat.reshape(b, v, len(POINTS), -1),
-                "positions": cm / 100.0 + torch.as_tensor(CENTER, dtype=cm.dtype)}
+        out = {"uv": uv, "heat": heat.reshape(b, v, len(POINTS), -1)}
+        if self.readout is None:
+            cm = self.triangulate(uv)
+        else:
+            local = torch.einsum("bpn,bcn->bpc", p, h.flatten(2)).reshape(b, v, len(POINTS), -1)  # features at the point
+            out |= self.readout(local, peak, z)
+            cm = self.triangulate.weighted(uv, torch.sigmoid(out["visible"]), out["height"], self.readout.strength())
+        cm = cm + self.correct(z).reshape(b, len(POINTS), 3)
+        return out | {"positions": cm / 100.0 + torch.as_tensor(CENTER, dtype=cm.dtype)}
+
+
+class Readout(nn.Module):
+    """Per point, from its heatmap-pooled features: whether each view sees it ("visible" logits (B, V, P)), its height
+    ("height" (B, P), cm from CENTER) and the READOUT_SLOTS' logits ("slot/<name>")."""
+
+    def __init__(self, views: int, width: int, context: int):
+        super().__init__()
+        self.visible = nn.Linear(width + 1, 1)
+        self.mlp = nn.Sequential(nn.Linear(views * len(POINTS) * width + context, 256), nn.ReLU(),
+                                 nn.Linear(256, len(POINTS) + sum(READOUT_SLOTS.values())))
+        # how much the height prior counts against a ray (1/cm² per unit ray weight): starts at 0.02, learned
+        self.log_strength = nn.Parameter(torch.full((len(POINTS),), float(np.log(0.02))))
+
+    def strength(self) -> torch.Tensor:
+        return self.log_strength.exp()
+
+    def forward(self, local: torch.Tensor, peak: torch.Tensor, context: torch.Tensor) -> dict[str, torch.Tensor]:
+        visible = self.visible(torch.cat([local, peak], -1))[..., 0]
+        y = self.mlp(torch.cat([local.flatten(1), context], -1))
+        out = {"visible": visible, "height": y[:, :len(POINTS)]}
+        for name, logits in zip(READOUT_SLOTS, torch.split(y[:, len(POINTS):], list(READOUT_SLOTS.values()), -1)):
+            out[f"slot/{name}"] = logits
+        return out
 
 
 def cell_centres(size: int) -> torch.Tensor:
@@ -132,10 +186,11 @@ def with_positions(state: np.ndarray, positions: np.ndarray) -> np.ndarray:
 
 
 def keypoint_loss(out: dict[str, torch.Tensor], uv: torch.Tensor, seen: torch.Tensor, positions: torch.Tensor,
-                  used: torch.Tensor, size: int) -> dict[str, torch.Tensor]:
+                  used: torch.Tensor, size: int, slots: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Heatmap cross-entropy against a Gaussian (σ = one cell) at the true projection, plus the soft-argmax's L1
     distance to it, over points in the frame (`seen` (B, V, P)); smooth L1 on the 3D position (cm) over the points the
-    task uses (`used` (B, P))."""
+    task uses (`used` (B, P)). With a readout: cross-entropy of each view seeing each used point, smooth L1 on the
+    height, and the readout slots' cross-entropy against `slots` (name → class (B,), -1: does not apply)."""
     grid = cell_centres(size)
     d2 = ((grid[None, None, None] - uv[..., None]) ** 2).sum(3)  # (B, V, P, h·w)
     target = torch.exp(-d2 / (2 * (2.0 / size) ** 2))
@@ -148,4 +203,13 @@ def keypoint_loss(out: dict[str, torch.Tensor], uv: torch.Tensor, seen: torch.Te
     target_cm = (positions - torch.as_tensor(CENTER, dtype=positions.dtype)) * 100
     used = used.float()
     space = (F.smooth_l1_loss(cm, target_cm, reduction="none", beta=0.5).mean(-1) * used).sum() / used.sum().clamp_min(1)
-    return {"image": image, "space": space}
+    terms = {"image": image, "space": space}
+    if "visible" in out:
+        per_view = used[:, None].expand_as(seen)
+        vis = F.binary_cross_entropy_with_logits(out["visible"], seen, reduction="none")
+        height = F.smooth_l1_loss(out["height"], target_cm[..., 2], reduction="none", beta=0.5)
+        ce = [F.cross_entropy(out[f"slot/{k}"], t.clamp_min(0), reduction="none")[t >= 0] for k, t in (slots or {}).items()]
+        terms |= {"visible": (vis * per_view).sum() / per_view.sum().clamp_min(1),
+                  "height": (height * used).sum() / used.sum().clamp_min(1),
+                  "slots": torch.cat(ce).mean() if ce and sum(len(c) for c in ce) else cm.new_zeros(())}
+    return terms

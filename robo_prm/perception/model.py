@@ -8,7 +8,8 @@ frame (one camera view, or several side by side: each through the trunk) → Tru
   * `progress`: the simulator's rule progress per trained task;
   * `state`: a coarse state vector, to check the predicates of tasks it was not trained on;
   * `positions` (models with a keypoint head): the gripper's and each object's 3D position, from heatmaps on an
-    early, fine feature map of each view, triangulated (keypoints.py).
+    early, fine feature map of each view, triangulated (keypoints.py); a head with a readout adds its logits for the
+    slots read at the points (gripper open / holding, upright, moving) to the slot heads'.
 """
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ class NetConfig:
     carried_slots: bool = False  # heads for a carried object's edge and target clauses (slots.CARRIED_SLOTS)
     keypoint_blocks: int = 0  # > 0: a keypoint head (keypoints.py) reads the trunk after this many blocks; 0: none
     keypoint_width: int = 48
+    keypoint_readout: bool = False  # the head also reads visibility, height and READOUT_SLOTS at its points
+    keypoint_slot_mix: float = 1.0  # READOUT_SLOTS' logits = the slot heads' + this × the readout's (0: heads alone)
     # how captions weigh the positions against the slot heads (placed.py); chosen by train-keypoints on held-out frames
     keypoint_sigma: float = 0.003
     keypoint_weight: float = 1.0
@@ -63,7 +66,7 @@ class PerceptionNet(nn.Module):
         self.logit_scale = nn.Parameter(torch.tensor(2.6592))
         k = cfg.keypoint_blocks
         self.keypoints = KeypointHead(BLOCK_CHANNELS[k - 1], -(-cfg.size // BLOCK_STRIDE[k - 1]), cfg.views,
-                                      cfg.keypoint_width) if k else None
+                                      cfg.keypoint_width, cfg.keypoint_readout) if k else None
 
     def tiles(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, S, views·S) → (B·views, 3, S, S): what the trunk reads."""
@@ -81,7 +84,10 @@ class PerceptionNet(nn.Module):
             return self.heads(self.features(images))
         early = self.trunk.prefix(self.tiles(images), self.cfg.keypoint_blocks)  # the keypoint head's map, on the way
         out = self.heads(self.neck(self.trunk.rest(early, self.cfg.keypoint_blocks)))
-        out["positions"] = self.keypoints(self.per_frame(early, len(images)))["positions"]
+        points = self.keypoints(self.per_frame(early, len(images)))
+        out["positions"] = points["positions"]
+        for name in (k for k in points if k.startswith("slot/")):  # read where the points are, with the heads' view
+            out[name] = out[name] + self.cfg.keypoint_slot_mix * points[name]
         return out
 
     @staticmethod

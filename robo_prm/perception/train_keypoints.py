@@ -20,7 +20,7 @@ import torch
 
 from robo_prm.config_flags import opt
 from robo_prm.perception.dataset import FrameSet, load_frames
-from robo_prm.perception.keypoints import POINTS, keypoint_loss, point_positions, project
+from robo_prm.perception.keypoints import POINTS, READOUT_SLOTS, keypoint_loss, point_positions, project
 from robo_prm.perception.model import PerceptionNet
 from robo_prm.perception.train import _Prefix, precompute
 from robo_prm.perception.weights import CONFIG_FILE, MANIFEST_FILE, load_perception, save_perception
@@ -51,7 +51,10 @@ class KeypointTrainConfig(DecodingGrid):
     epochs: float = opt(6.0, "passes over the training frames")
     batch: int = opt(128, "frames per step")
     lr: float = opt(2e-3, "peak learning rate (AdamW, one-cycle)")
-    space_weight: float = opt(0.2, "weight of the 3D position loss beside the image loss")
+    space_weight: float = opt(0.2, "weight of the 3D position and height losses beside the image loss")
+    readout: bool = opt(True, "the head also reads each view's visibility, each point's height and the slots at the "
+                        "points (keypoints.READOUT_SLOTS)")
+    warm: bool = opt(True, "start from the init folder's keypoint head where it has one (same blocks and width)")
     threads: int = opt(1, "torch threads")
     seed: int = opt(0, "seed of the initialisation and the batches")
     max_minutes: float = opt(0.0, "stop early after this many minutes (0: no limit)")
@@ -59,7 +62,7 @@ class KeypointTrainConfig(DecodingGrid):
 
 def labels(frames: FrameSet, views: list[str]) -> dict[str, torch.Tensor]:
     """Per frame: each point's position (P, 3), whether the frame's task uses it (P), its image coordinates in each
-    view (V, P, 2) and whether it lands inside that view (V, P)."""
+    view (V, P, 2), whether it lands inside that view (V, P), and the READOUT_SLOTS' classes (-1: does not apply)."""
     tasks = [load_task(t) for t in frames.meta["tasks"]]
     pos = point_positions(frames.arrays["state"])
     used = np.ones(pos.shape[:2], bool)
@@ -67,8 +70,12 @@ def labels(frames: FrameSet, views: list[str]) -> dict[str, torch.Tensor]:
         used[:, 1 + i] = [sim in tasks[t].movable for t in frames.arrays["task"]]
     uv = np.stack([project(pos, v) for v in views], 1)
     seen = used[:, None] & (np.abs(uv) < 1).all(-1)
+    names = list(frames.meta.get("slot_names", []))  # frames without slot labels: none apply
+    slots = np.stack([frames.arrays["slots"][:, names.index(k)] if k in names else np.full(len(pos), -1)
+                      for k in READOUT_SLOTS], 1)
     return {"positions": torch.tensor(pos, dtype=torch.float32), "used": torch.tensor(used),
-            "uv": torch.tensor(uv, dtype=torch.float32), "seen": torch.tensor(seen)}
+            "uv": torch.tensor(uv, dtype=torch.float32), "seen": torch.tensor(seen),
+            "slots": torch.tensor(slots, dtype=torch.long)}
 
 
 def _features(net: PerceptionNet, data: str, heldout: bool, blocks: int, progress: bool) -> tuple[torch.Tensor, dict]:
@@ -83,6 +90,14 @@ def _features(net: PerceptionNet, data: str, heldout: bool, blocks: int, progres
     if not maps:
         return torch.zeros(0), {}
     return torch.cat(maps), {k: torch.cat([lab[k] for lab in labs]) for k in labs[0]}
+
+
+def _warm_start(net: PerceptionNet, trained: PerceptionNet) -> None:
+    """Copy the trained head's weights that fit the new head (a readout, if new, starts fresh)."""
+    mine = net.keypoints.state_dict()
+    fits = {k: v for k, v in trained.keypoints.state_dict().items() if k in mine and mine[k].shape == v.shape}
+    net.keypoints.load_state_dict(fits, strict=False)
+    log.info("keypoint head: %d of %d tensors from the trained head", len(fits), len(mine))
 
 
 def point_errors(net: PerceptionNet, maps: torch.Tensor, lab: dict) -> dict:
@@ -117,8 +132,10 @@ def _fit(net: PerceptionNet, maps: torch.Tensor, lab: dict, cfg: KeypointTrainCo
         idx = torch.as_tensor(order[at:at + cfg.batch])
         at += cfg.batch
         out = head(maps[idx].float())
-        terms = keypoint_loss(out, lab["uv"][idx], lab["seen"][idx], lab["positions"][idx], lab["used"][idx], head.size)
-        loss = terms["image"] + cfg.space_weight * terms["space"]
+        slots = {k: lab["slots"][idx, j] for j, k in enumerate(READOUT_SLOTS)}
+        terms = keypoint_loss(out, lab["uv"][idx], lab["seen"][idx], lab["positions"][idx], lab["used"][idx], head.size,
+                              slots)
+        loss = sum(v * (cfg.space_weight if k in ("space", "height") else 1.0) for k, v in terms.items())
         opt_.zero_grad()
         loss.backward()
         opt_.step()
@@ -178,11 +195,14 @@ def train_keypoints(cfg: KeypointTrainConfig, progress: bool = True, command: st
     bundle = load_perception(cfg.init)
     if bundle.net.cfg.keypoint_blocks:
         log.warning("%s already has a keypoint head: training a new one", bundle.folder)
-    net = PerceptionNet(replace(bundle.net.cfg, keypoint_blocks=cfg.blocks, keypoint_width=cfg.width), imagenet=False)
+    net = PerceptionNet(replace(bundle.net.cfg, keypoint_blocks=cfg.blocks, keypoint_width=cfg.width,
+                                keypoint_readout=cfg.readout), imagenet=False)
     kept = {k: v for k, v in bundle.net.state_dict().items() if not k.startswith("keypoints.")}
     missing = [k for k in net.load_state_dict(kept, strict=False).missing_keys if not k.startswith("keypoints.")]
     if missing:
         raise ValueError(f"{bundle.folder}: weights lack {missing[:3]}")
+    if cfg.warm and bundle.net.keypoints is not None:
+        _warm_start(net, bundle.net)
     t0 = time.perf_counter()
     maps, lab = _features(net, cfg.data, False, cfg.blocks, progress)
     if not len(maps):
