@@ -138,7 +138,9 @@ def test_train_and_calibrate_keypoints_cli(tiny_two_view_model, tmp_path):
     assert set(manifest["keypoints"]["heldout_error"]) <= set(POINTS) and manifest["keypoints"]["decoding"]["frames"] > 0
     assert manifest["keypoints"]["decoding"]["chosen_on"] == f"{data} (heldout frames)"
     bundle, before = load_perception(out), load_perception(tiny_two_view_model)
-    assert bundle.net.cfg.keypoint_blocks == 3
+    assert bundle.net.cfg.keypoint_blocks == 3 and bundle.net.cfg.keypoint_readout
+    decoding = manifest["keypoints"]["decoding"]
+    assert bundle.net.cfg.keypoint_slot_mix == decoding["slot_mix"] and len(decoding["readout_slots_right"]) == 5
     assert torch.equal(bundle.net.slots.weight, before.net.slots.weight)
     frames = load_frames(data).arrays["frames"][:3]
     with torch.no_grad():
@@ -221,3 +223,74 @@ def test_with_positions_replaces_only_the_points():
     assert np.allclose(point_positions(out[None])[0], positions, atol=1e-6)
     moved = np.r_[0, 1, 2, [4 + 7 * i + k for i in range(3) for k in range(3)]]
     assert np.array_equal(np.delete(out, moved), np.delete(state, moved))
+
+
+def test_weighted_triangulation_is_the_midpoint_with_both_rays_and_meets_the_height_with_one():
+    rng = np.random.default_rng(1)
+    points = np.stack([rng.uniform(1.05, 1.55, 50), rng.uniform(0.4, 1.1, 50), rng.uniform(0.4, 0.8, 50)], 1)
+    uv = torch.tensor(np.stack([project(points, v) for v in ("front", "side")])[None])  # (1, views, P, 2)
+    tri = Triangulate(["front", "side"]).double()
+    both = tri.weighted(uv, torch.ones(1, 2, 50, dtype=torch.float64), torch.zeros(1, 50, dtype=torch.float64),
+                        torch.zeros(50, dtype=torch.float64))
+    assert (both - tri(uv)).abs().max() < 0.05  # cm: the ridge that keeps the solve defined pulls a fraction of a mm
+    # only the side view trusted, a height prior 3 cm below the truth: the point on the side ray at that height
+    height = torch.tensor((points[:, 2] - CENTER[2]) * 100 - 3.0)[None]
+    one = tri.weighted(uv, torch.tensor([0.0, 1.0], dtype=torch.float64)[None, :, None].expand(1, 2, 50), height,
+                       torch.full((50,), 10.0, dtype=torch.float64))[0].numpy() / 100 + CENTER
+    assert np.abs(one[:, 2] - (points[:, 2] - 0.03)).max() < 1e-3
+    assert np.abs(project(one, "side") - uv[0, 1].numpy()).max() < 1e-3  # still on the side camera's ray
+    assert np.abs(one - points).max() > 0.02  # the front view would have said otherwise; it was not trusted
+
+
+def _readout_net(mix: float):
+    from robo_prm.perception.model import NetConfig, PerceptionNet
+
+    torch.manual_seed(0)
+    return PerceptionNet(NetConfig(size=32, trunk_blocks=4, views=["front", "side"], keypoint_blocks=3, keypoint_width=8,
+                                   keypoint_readout=True, keypoint_slot_mix=mix), imagenet=False).eval()
+
+
+def test_a_readout_adds_its_slot_logits_to_the_slot_heads():
+    from robo_prm.perception.keypoints import READOUT_SLOTS
+
+    images = torch.rand(2, 3, 32, 64)
+    with torch.no_grad():
+        alone, mixed = _readout_net(0.0)(images), _readout_net(1.0)(images)
+        net = _readout_net(1.0)
+        points = net.keypoints(net.per_frame(net.trunk.prefix(net.tiles(images), 3), 2))
+    for name in READOUT_SLOTS:
+        assert torch.allclose(mixed[f"slot/{name}"], alone[f"slot/{name}"] + points[f"slot/{name}"], atol=1e-5)
+    assert torch.equal(mixed["slot/gripper.nearest"], alone["slot/gripper.nearest"])  # decided by positions, not read
+    assert torch.allclose(mixed["positions"], alone["positions"])
+
+
+def test_readout_losses_skip_what_does_not_apply():
+    from robo_prm.perception.keypoints import READOUT_SLOTS
+
+    torch.manual_seed(0)
+    head = KeypointHead(24, 8, ["front", "side"], width=8, readout=True)
+    out = head(torch.randn(4, 2, 24, 8, 8))
+    uv, pos = torch.zeros(4, 2, len(POINTS), 2), torch.as_tensor(np.tile(CENTER, (4, len(POINTS), 1)), dtype=torch.float32)
+    seen, used = torch.ones(4, 2, len(POINTS), dtype=torch.bool), torch.ones(4, len(POINTS), dtype=torch.bool)
+    none = {k: torch.full((4,), -1) for k in READOUT_SLOTS}
+    assert float(keypoint_loss(out, uv, seen, pos, used, 8, none)["slots"]) == 0.0
+    some = dict(none, **{"gripper.opened": torch.tensor([1, -1, -1, -1])})
+    expect = torch.nn.functional.cross_entropy(out["slot/gripper.opened"][:1], torch.tensor([1]))
+    assert torch.isclose(keypoint_loss(out, uv, seen, pos, used, 8, some)["slots"], expect)
+    # a point the task does not use: its views' visibility is not scored
+    unused = used.clone()
+    unused[:, 1:] = False
+    vis = torch.nn.functional.binary_cross_entropy_with_logits(out["visible"][:, :, 0], torch.ones(4, 2))
+    assert torch.isclose(keypoint_loss(out, uv, seen, pos, unused, 8, none)["visible"], vis)
+
+
+def test_warm_start_keeps_the_trained_heatmaps_and_starts_a_new_readout():
+    from robo_prm.perception.train_keypoints import _warm_start
+
+    old, new = _readout_net(1.0), _readout_net(1.0)
+    plain = KeypointHead(24, 8, ["front", "side"], width=8)
+    old.keypoints = plain
+    before = new.keypoints.readout.mlp[0].weight.clone()
+    _warm_start(new, old)
+    assert torch.equal(new.keypoints.heat.weight, plain.heat.weight)
+    assert torch.equal(new.keypoints.readout.mlp[0].weight, before)

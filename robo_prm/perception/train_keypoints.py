@@ -39,6 +39,8 @@ class DecodingGrid:
     share_weights: list[float] = opt([0.0, 0.5, 1.0, 2.0, 4.0], "weights of the draws' share against the slot heads to "
                                      "choose from (0: the heads alone)")
     choose_frames: int = opt(3000, "held-out frames the choice reads (at most, evenly spaced)")
+    slot_mixes: list[float] = opt([0.0, 0.5, 1.0, 2.0, 4.0], "weights of a readout's slot logits beside the slot heads' "
+                                  "to choose from (keypoints.READOUT_SLOTS; 0: the heads alone)")
 
 
 @dataclass
@@ -160,6 +162,7 @@ def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: DecodingGrid) -> 
     if not len(frames):
         return {}
     idx = np.linspace(0, len(frames) - 1, min(cfg.choose_frames, len(frames))).astype(int)
+    mix = choose_slot_mix(net, frames, idx, cfg.slot_mixes) if net.cfg.keypoint_readout else {}
     out = predict(net, frames.arrays["frames"][idx])
     tasks = [load_task(t) for t in frames.meta["tasks"]]
     names = [k for k in frames.meta["slot_names"] if f"slot/{k}" in out]
@@ -185,7 +188,30 @@ def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: DecodingGrid) -> 
                 score[f"sigma={s} weight={w}"] += right(choose(counts, logp, w), j)
     best = max(((s, w) for s in cfg.sigmas for w in cfg.share_weights), key=lambda sw: score[f"sigma={sw[0]} weight={sw[1]}"])
     return {"sigma": best[0], "weight": best[1], "frames": len(idx),
-            "all_slots_right": {k: round(v / len(idx), 4) for k, v in score.items()}}
+            "all_slots_right": {k: round(v / len(idx), 4) for k, v in score.items()}, **mix}
+
+
+def choose_slot_mix(net: PerceptionNet, frames: FrameSet, idx: np.ndarray, mixes: list[float]) -> dict:
+    """The `keypoint_slot_mix` whose READOUT_SLOTS are right most often on frames[idx] (set on `net`), with each
+    mix's accuracy for the record."""
+    from robo_prm.perception.keypoints import READOUT_SLOTS
+    from robo_prm.perception.train import predict
+
+    net.cfg.keypoint_slot_mix = 0.0
+    heads = predict(net, frames.arrays["frames"][idx])
+    net.cfg.keypoint_slot_mix = 1.0
+    both = predict(net, frames.arrays["frames"][idx])
+    names = list(frames.meta["slot_names"])
+    right = {}
+    for m in mixes:
+        hits = total = 0
+        for k in READOUT_SLOTS:
+            truth = frames.arrays["slots"][idx, names.index(k)]
+            guess = (heads[f"slot/{k}"] + m * (both[f"slot/{k}"] - heads[f"slot/{k}"])).argmax(1)
+            hits, total = hits + int(((guess == truth) & (truth >= 0)).sum()), total + int((truth >= 0).sum())
+        right[m] = hits / max(total, 1)
+    net.cfg.keypoint_slot_mix = max(mixes, key=lambda m: right[m])
+    return {"slot_mix": net.cfg.keypoint_slot_mix, "readout_slots_right": {str(m): round(a, 4) for m, a in right.items()}}
 
 
 def train_keypoints(cfg: KeypointTrainConfig, progress: bool = True, command: str = "") -> Path:
@@ -236,6 +262,8 @@ def write_decoding(folder, choice: dict) -> None:
     if choice:
         cfg = _config(folder)
         cfg["net"] |= {"keypoint_sigma": choice["sigma"], "keypoint_weight": choice["weight"]}
+        if "slot_mix" in choice:
+            cfg["net"]["keypoint_slot_mix"] = choice["slot_mix"]
         _write_config(folder, cfg)
     manifest = json.loads((folder / MANIFEST_FILE).read_text()) if (folder / MANIFEST_FILE).exists() else {}
     manifest.setdefault("keypoints", {})["decoding"] = choice
