@@ -22,7 +22,7 @@ from robo_prm.config_flags import opt
 from robo_prm.perception.dataset import FrameSet, load_frames
 from robo_prm.perception.keypoints import POINTS, READOUT_SLOTS, keypoint_loss, point_positions, project
 from robo_prm.perception.model import PerceptionNet
-from robo_prm.perception.train import _Prefix, precompute
+from robo_prm.perception.train import _Prefix, precompute, predict
 from robo_prm.perception.weights import CONFIG_FILE, MANIFEST_FILE, load_perception, save_perception
 from robo_prm.envs.task import load_task
 from robo_prm.provenance import provenance
@@ -157,7 +157,6 @@ def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: DecodingGrid) -> 
     `choose_frames`, evenly spaced), with the heads alone and the estimate alone beside them for the record."""
     from robo_prm.perception.placed import candidates, choose, slot_log_probs
     from robo_prm.perception.slots import decode, encode
-    from robo_prm.perception.train import predict
 
     if not len(frames):
         return {}
@@ -194,9 +193,6 @@ def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: DecodingGrid) -> 
 def choose_slot_mix(net: PerceptionNet, frames: FrameSet, idx: np.ndarray, mixes: list[float]) -> dict:
     """The `keypoint_slot_mix` whose READOUT_SLOTS are right most often on frames[idx] (set on `net`), with each
     mix's accuracy for the record."""
-    from robo_prm.perception.keypoints import READOUT_SLOTS
-    from robo_prm.perception.train import predict
-
     net.cfg.keypoint_slot_mix = 0.0
     heads = predict(net, frames.arrays["frames"][idx])
     net.cfg.keypoint_slot_mix = 1.0
@@ -205,7 +201,7 @@ def choose_slot_mix(net: PerceptionNet, frames: FrameSet, idx: np.ndarray, mixes
     right = {}
     for m in mixes:
         hits = total = 0
-        for k in READOUT_SLOTS:
+        for k in (k for k in READOUT_SLOTS if k in names):  # older collections may lack a slot
             truth = frames.arrays["slots"][idx, names.index(k)]
             guess = (heads[f"slot/{k}"] + m * (both[f"slot/{k}"] - heads[f"slot/{k}"])).argmax(1)
             hits, total = hits + int(((guess == truth) & (truth >= 0)).sum()), total + int((truth >= 0).sum())
@@ -220,7 +216,8 @@ def train_keypoints(cfg: KeypointTrainConfig, progress: bool = True, command: st
     torch.manual_seed(cfg.seed)
     bundle = load_perception(cfg.init)
     if bundle.net.cfg.keypoint_blocks:
-        log.warning("%s already has a keypoint head: training a new one", bundle.folder)
+        log.warning("%s already has a keypoint head: %s", bundle.folder,
+                    "training on from it" if cfg.warm else "training a new one (--warm false)")
     net = PerceptionNet(replace(bundle.net.cfg, keypoint_blocks=cfg.blocks, keypoint_width=cfg.width,
                                 keypoint_readout=cfg.readout), imagenet=False)
     kept = {k: v for k, v in bundle.net.state_dict().items() if not k.startswith("keypoints.")}
