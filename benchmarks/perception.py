@@ -336,7 +336,7 @@ def main(argv=None) -> int:
         "retrieval_captioner": retrieval_by_caption(out, held, net),
         "cache": cache_reuse(out, held, net, bundle.hazard_threshold),
     }
-    if "positions" in out:  # a keypoint head: how far off it places things, and the captions without it
+    if "positions" in out:  # a keypoint head: how far off it places things, and the captions without its positions
         result["positions"] = position_errors(out, held)
         plain = {k: v for k, v in out.items() if k != "positions"}
         result["captions_without_keypoints"] = captions(slot_texts(plain, held, net, bundle.hazard_threshold), plain, held)
@@ -376,7 +376,7 @@ def table(r: dict) -> str:
               "|---|---|---:|---:|---:|---:|"]
     coca = r.get("coca") or {}
     heads = "slot heads + keypoint positions" if "positions" in r else "slot heads"
-    for who, c in ((heads, r["captions"]), ("slot heads alone (the keypoint head left out)", r.get("captions_without_keypoints")),
+    for who, c in ((heads, r["captions"]), ("slot heads without the positions (a readout's slots still in)", r.get("captions_without_keypoints")),
                    ("CoCa", coca or None),
                    ("CoCa + heads' milestone line (the describer)", coca.get("describer"))):
         if c is None:
