@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from robo_prm.config_flags import opt
 from robo_prm.perception.backbone import to_tensor
+from robo_prm.perception.budget import BudgetedCycle, interrupted, train_loop
 from robo_prm.perception.clip import TextTower, clip_loss
 from robo_prm.perception.dataset import FrameSet, load_frames
 from robo_prm.perception.model import NetConfig, PerceptionNet
@@ -58,7 +59,8 @@ class PerceptionTrainConfig:
     progress_weight: float = opt(1.0, "weight of the rule-progress loss")
     state_weight: float = opt(1.0, "weight of the state-estimate loss")
     hazard_threshold: float = opt(0.0, "hazard probability threshold (0: the largest of 0.5, 0.45, … that keeps pooled hazard recall ≥ 0.98 on train frames)")
-    max_minutes: float = opt(0.0, "stop early after this many minutes (0: no limit)")
+    max_minutes: float = opt(0.0, "minutes of training steps at most: the learning-rate cycle is fitted into them "
+                              "(perception/budget.py; 0: the planned steps)")
     threads: int = opt(1, "torch threads")
     seed: int = opt(0, "seed of the initialisation and the batches")
     imagenet: bool = opt(True, "start the trunk from the ImageNet weights (tests: false)")
@@ -183,7 +185,7 @@ def _fit(net: PerceptionNet, text: TextTower, fmaps: torch.Tensor, arrays: dict,
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     n = len(fmaps)
     steps = max(1, int(math.ceil(cfg.epochs * n / cfg.batch)))
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=steps, pct_start=0.1)
+    cycle = BudgetedCycle(opt, cfg.lr, steps, 0.1, cfg.max_minutes)  # the budget shortens the cycle, not cuts it
     w = _weights(cfg)
     slot_cols = slot_columns(data_slots, net.slot_names)
     bar = None
@@ -194,36 +196,34 @@ def _fit(net: PerceptionNet, text: TextTower, fmaps: torch.Tensor, arrays: dict,
     net.train()
     for m in [net.trunk.stem, *net.trunk.blocks[:n_frozen]]:
         m.eval()
-    history, order, pos_i, step = [], rng.permutation(n), 0, 0
-    t_train = time.perf_counter()
-    while step < steps:
-        if pos_i + cfg.batch > n:
-            order, pos_i = rng.permutation(n), 0
-        idx = torch.as_tensor(order[pos_i:pos_i + cfg.batch])
-        pos_i += cfg.batch
-        batch = {k: v[idx] for k, v in arrays.items()}
-        out = _rest(net, fmaps[idx].float(), n_frozen)
-        terms = losses(net, text.proj, out, batch, text_emb, cfg, pos_weight, slot_cols)
-        loss = sum(w[k] * v for k, v in terms.items())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        step += 1
-        if step % 20 == 0 or step == steps:
-            row = {"step": step, "loss": float(loss.detach()), **{k: round(float(v.detach()), 4) for k, v in terms.items()}}
-            history.append(row)
+    history, order, pos_i = [], rng.permutation(n), 0
+    try:
+        for step in train_loop(cycle):
+            if pos_i + cfg.batch > n:
+                order, pos_i = rng.permutation(n), 0
+            idx = torch.as_tensor(order[pos_i:pos_i + cfg.batch])
+            pos_i += cfg.batch
+            batch = {k: v[idx] for k, v in arrays.items()}
+            out = _rest(net, fmaps[idx].float(), n_frozen)
+            terms = losses(net, text.proj, out, batch, text_emb, cfg, pos_weight, slot_cols)
+            loss = sum(w[k] * v for k, v in terms.items())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if (step + 1) % 20 == 0 or step + 1 == steps:
+                row = {"step": step + 1, "loss": float(loss.detach()),
+                       **{k: round(float(v.detach()), 4) for k, v in terms.items()}}
+                history.append(row)
+                if bar is not None:
+                    bar.set_postfix({k: f"{v:.3f}" for k, v in row.items() if k != "step"})
             if bar is not None:
-                bar.set_postfix({k: f"{v:.3f}" for k, v in row.items() if k != "step"})
-        if bar is not None:
-            bar.update(1)
-        if cfg.max_minutes and time.perf_counter() - t_train > 60 * cfg.max_minutes:
-            log.warning("stopping after %.1f min (max_minutes)", cfg.max_minutes)
-            break
+                bar.update(1)
+    except KeyboardInterrupt:
+        interrupted(cycle, "train-captioner")
     if bar is not None:
         bar.close()
     net.eval()
-    return history, step
+    return history, cycle.taken
 
 
 def train(cfg: PerceptionTrainConfig, data: FrameSet | None = None, progress: bool = True, command: str = "") -> Path:

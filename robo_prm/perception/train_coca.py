@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from robo_prm.config_flags import opt
+from robo_prm.perception.budget import BudgetedCycle, interrupted, train_loop
 from robo_prm.perception.clip import clip_loss
 from robo_prm.perception.coca import PAD, CaptionTokens, CocaBundle, CocaConfig, build_coca, save_coca
 from robo_prm.perception.dataset import FrameSet, load_frames
@@ -45,7 +46,8 @@ class CocaTrainConfig:
     caption_weight: float = opt(2.0, "weight of the captioning loss (CoCa's default 2:1)")
     clip_weight: float = opt(1.0, "weight of the contrastive loss")
     eval_frames: int = opt(400, "held-out frames captioned for the manifest (0: none)")
-    max_minutes: float = opt(0.0, "stop early after this many minutes (0: no limit)")
+    max_minutes: float = opt(0.0, "minutes of training steps at most: the learning-rate cycle is fitted into them "
+                              "(perception/budget.py; 0: the planned steps)")
     threads: int = opt(1, "torch threads")
     seed: int = opt(0, "seed of the initialisation and the batches")
     imagenet: bool = opt(True, "start the trunk from the ImageNet weights (tests: false)")
@@ -75,7 +77,7 @@ def fit(model, fmaps: torch.Tensor, tokens: torch.Tensor, caption_id: torch.Tens
     opt_ = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     n = len(fmaps)
     steps = max(1, int(math.ceil(cfg.epochs * n / cfg.batch)))
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt_, max_lr=cfg.lr, total_steps=steps, pct_start=0.05)
+    cycle = BudgetedCycle(opt_, cfg.lr, steps, 0.05, cfg.max_minutes)  # the budget shortens the cycle, not cuts it
     weights = {"caption": cfg.caption_weight, "clip": cfg.clip_weight}
     rng = np.random.default_rng(cfg.seed)
     bar = None
@@ -85,35 +87,34 @@ def fit(model, fmaps: torch.Tensor, tokens: torch.Tensor, caption_id: torch.Tens
         bar = tqdm(total=steps, desc="train-coca", unit="step")
     model.train()
     model.visual.trunk.eval()  # batch norm keeps its ImageNet statistics: batches of one scene would skew them
-    history, order, at, step, t0 = [], rng.permutation(n), 0, 0, time.perf_counter()
-    while step < steps:
-        if at + cfg.batch > n:
-            order, at = rng.permutation(n), 0
-        idx = torch.as_tensor(order[at:at + cfg.batch])
-        at += cfg.batch
-        ids = caption_id[idx]
-        terms = _step_losses(model, loss_fn, fmaps[idx], tokens[ids], ids, n_frozen, cfg.clip_weight)
-        loss = sum(weights[k] * v for k, v in terms.items())
-        opt_.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt_.step()
-        sched.step()
-        step += 1
-        if step % 20 == 0 or step == steps:
-            row = {"step": step, "loss": round(float(loss.detach()), 4), **{k: round(float(v.detach()), 4) for k, v in terms.items()}}
-            history.append(row)
+    history, order, at = [], rng.permutation(n), 0
+    try:
+        for step in train_loop(cycle):
+            if at + cfg.batch > n:
+                order, at = rng.permutation(n), 0
+            idx = torch.as_tensor(order[at:at + cfg.batch])
+            at += cfg.batch
+            ids = caption_id[idx]
+            terms = _step_losses(model, loss_fn, fmaps[idx], tokens[ids], ids, n_frozen, cfg.clip_weight)
+            loss = sum(weights[k] * v for k, v in terms.items())
+            opt_.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt_.step()
+            if (step + 1) % 20 == 0 or step + 1 == steps:
+                row = {"step": step + 1, "loss": round(float(loss.detach()), 4),
+                       **{k: round(float(v.detach()), 4) for k, v in terms.items()}}
+                history.append(row)
+                if bar is not None:
+                    bar.set_postfix({k: v for k, v in row.items() if k != "step"})
             if bar is not None:
-                bar.set_postfix({k: v for k, v in row.items() if k != "step"})
-        if bar is not None:
-            bar.update(1)
-        if cfg.max_minutes and time.perf_counter() - t0 > 60 * cfg.max_minutes:
-            log.warning("stopping after %.1f min (max_minutes), step %d of %d", cfg.max_minutes, step, steps)
-            break
+                bar.update(1)
+    except KeyboardInterrupt:
+        interrupted(cycle, "train-coca")
     if bar is not None:
         bar.close()
     model.eval()
-    return history, step
+    return history, cycle.taken
 
 
 def exact_match(bundle: CocaBundle, held: FrameSet, limit: int = 0, seed: int = 0) -> dict:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from robo_prm.config_flags import opt
+from robo_prm.perception.budget import BudgetedCycle, interrupted, train_loop
 from robo_prm.perception.dataset import FrameSet, load_frames
 from robo_prm.perception.keypoints import POINTS, READOUT_SLOTS, keypoint_loss, point_positions, project
 from robo_prm.perception.model import PerceptionNet
@@ -59,7 +60,8 @@ class KeypointTrainConfig(DecodingGrid):
     warm: bool = opt(True, "start from the init folder's keypoint head where it has one (same blocks and width)")
     threads: int = opt(1, "torch threads")
     seed: int = opt(0, "seed of the initialisation and the batches")
-    max_minutes: float = opt(0.0, "stop early after this many minutes (0: no limit)")
+    max_minutes: float = opt(0.0, "minutes of training steps at most: the learning-rate cycle is fitted into them "
+                              "(perception/budget.py; 0: the planned steps)")
 
 
 def labels(frames: FrameSet, views: list[str]) -> dict[str, torch.Tensor]:
@@ -119,37 +121,36 @@ def _fit(net: PerceptionNet, maps: torch.Tensor, lab: dict, cfg: KeypointTrainCo
     head = net.keypoints
     opt_ = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=1e-4)
     steps = max(1, int(math.ceil(cfg.epochs * len(maps) / cfg.batch)))
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt_, max_lr=cfg.lr, total_steps=steps, pct_start=0.15)
+    cycle = BudgetedCycle(opt_, cfg.lr, steps, 0.15, cfg.max_minutes)  # the budget shortens the cycle, not cuts it
     rng = np.random.default_rng(cfg.seed)
-    order, at, t0 = rng.permutation(len(maps)), 0, time.perf_counter()
+    order, at = rng.permutation(len(maps)), 0
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=steps, desc="keypoints", unit="step")
     head.train()
-    for step in range(steps):
-        if at + cfg.batch > len(maps):
-            order, at = rng.permutation(len(maps)), 0
-        idx = torch.as_tensor(order[at:at + cfg.batch])
-        at += cfg.batch
-        out = head(maps[idx].float())
-        slots = {k: lab["slots"][idx, j] for j, k in enumerate(READOUT_SLOTS)}
-        terms = keypoint_loss(out, lab["uv"][idx], lab["seen"][idx], lab["positions"][idx], lab["used"][idx], head.size,
-                              slots)
-        loss = sum(v * (cfg.space_weight if k in ("space", "height") else 1.0) for k, v in terms.items())
-        opt_.zero_grad()
-        loss.backward()
-        opt_.step()
-        sched.step()
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix({k: f"{float(v.detach()):.3f}" for k, v in terms.items()})
-        if cfg.max_minutes and time.perf_counter() - t0 > 60 * cfg.max_minutes:
-            log.warning("stopping after %.1f min (max_minutes)", cfg.max_minutes)
-            break
+    try:
+        for _ in train_loop(cycle):
+            if at + cfg.batch > len(maps):
+                order, at = rng.permutation(len(maps)), 0
+            idx = torch.as_tensor(order[at:at + cfg.batch])
+            at += cfg.batch
+            out = head(maps[idx].float())
+            slots = {k: lab["slots"][idx, j] for j, k in enumerate(READOUT_SLOTS)}
+            terms = keypoint_loss(out, lab["uv"][idx], lab["seen"][idx], lab["positions"][idx], lab["used"][idx],
+                                  head.size, slots)
+            loss = sum(v * (cfg.space_weight if k in ("space", "height") else 1.0) for k, v in terms.items())
+            opt_.zero_grad()
+            loss.backward()
+            opt_.step()
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix({k: f"{float(v.detach()):.3f}" for k, v in terms.items()})
+    except KeyboardInterrupt:
+        interrupted(cycle, "train-keypoints")
     head.eval()
-    return step + 1
+    return cycle.taken
 
 
 def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: DecodingGrid) -> dict:
