@@ -12,7 +12,6 @@ once per frame and kept in memory (fp16), so an epoch costs only the trained par
 """
 from __future__ import annotations
 
-import logging
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -34,8 +33,6 @@ from robo_prm.perception.weights import load_perception, save_perception
 from robo_prm.envs.task import load_task
 from robo_prm.metrics import accuracy, prf
 from robo_prm.provenance import provenance
-
-log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -8,7 +8,6 @@ Each batch is cut to its longest caption (the rest is padding).
 """
 from __future__ import annotations
 
-import logging
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -25,8 +24,6 @@ from robo_prm.perception.coca import PAD, CaptionTokens, CocaBundle, CocaConfig,
 from robo_prm.perception.dataset import FrameSet, load_frames
 from robo_prm.perception.train import precompute
 from robo_prm.provenance import provenance
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
