@@ -183,7 +183,9 @@ def test_llamacpp_copied_reasons_score_every_sentence_as_whole_prompts_do(f32_gg
     for backend in (one, many):
         got = backend._continuations(backend._task(task), row, backend._eval(backend._task(task), row), conts)
         assert [len(g) for g in got] == [len(c) for c in conts]
-        np.testing.assert_allclose(np.concatenate(got), np.concatenate(want), atol=5e-3)  # nats; a misread token is off by many
+        # nats; a misread token is off by many. llama.cpp's kernels for different batch sizes round differently by CPU:
+        # on an AMD EPYC two unlikely tokens (−11.3, −8.6) differed by 0.1 % (0.009 nats), hence rtol beside atol
+        np.testing.assert_allclose(np.concatenate(got), np.concatenate(want), rtol=2e-3, atol=5e-3)
     [s] = many.score(task, [SceneDescription(COPY_SCENE, ())], [], explain=True)
     units = reason_units(COPY_SCENE)
     assert "The hammer is over the green tray." in units
