@@ -74,3 +74,18 @@ def test_an_interrupted_keypoint_training_returns_the_steps_it_took(monkeypatch,
     with pytest.raises(ZeroDivisionError):  # anything but a Ctrl-C still propagates
         monkeypatch.setattr(tk, "keypoint_loss", lambda *a: 1 / 0)
         tk._fit(net, maps, lab, cfg, progress=False)
+
+
+def test_shuffled_batches_cover_each_row_once_per_pass_and_zip_stops_with_the_cycle():
+    from robo_prm.perception.budget import shuffled_batches
+
+    batches = shuffled_batches(10, 4, np.random.default_rng(0))
+    first = [next(batches) for _ in range(2)]  # 8 of 10 rows; the 2 left are fewer than a batch
+    assert len(set(torch.cat(first).tolist())) == 8
+    rng = np.random.default_rng(0)
+    first_pass, second_pass = rng.permutation(10), rng.permutation(10)
+    assert torch.equal(torch.cat(first), torch.as_tensor(first_pass[:8]))
+    assert torch.equal(next(batches), torch.as_tensor(second_pass[:4]))  # a new permutation, not the 2 left over
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.01)
+    steps = list(zip(train_loop(BudgetedCycle(opt, 0.01, 5, 0.2)), shuffled_batches(10, 4, np.random.default_rng(0))))
+    assert [s for s, _ in steps] == [0, 1, 2, 3, 4]

@@ -5,7 +5,8 @@ got to — near the peak rate a third of the way in — and keeps the noisiest w
 position is the larger of steps done / steps planned and seconds spent / the budget: a run the budget stops still
 warms up, peaks and anneals, in fewer steps (on a slower CPU the same command then ends in the same time, with a
 finished cycle). The rate follows OneCycleLR's cosine shape (start max_lr / 25, end 1e-4 of that) when no budget
-binds. Ctrl-C ends a loop the same way (`train_loop`): the trainers save what they have.
+binds. Ctrl-C ends a loop the same way (`train_loop`): the trainers save what they have. `shuffled_batches` is the
+trainers' shared batch order.
 """
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ import logging
 import math
 import time
 from typing import Callable, Iterator
+
+import numpy as np
+import torch
 
 log = logging.getLogger(__name__)
 
@@ -80,3 +84,14 @@ def train_loop(cycle: BudgetedCycle) -> Iterator[int]:
 def interrupted(cycle: BudgetedCycle, what: str) -> None:
     """Log a Ctrl-C that ended a training loop (the weights stay as the last finished step left them)."""
     log.warning("%s interrupted after %d of %d steps: saving what is trained", what, cycle.taken, cycle.steps)
+
+
+def shuffled_batches(n: int, batch: int, rng: np.random.Generator) -> Iterator[torch.Tensor]:
+    """Index tensors of `batch` rows, without replacement until fewer than a batch are left, then a new permutation
+    (the rest of the old one is dropped). Endless: zip it after `train_loop`, which then decides when to stop."""
+    order, at = rng.permutation(n), 0
+    while True:
+        if at + batch > n:
+            order, at = rng.permutation(n), 0
+        yield torch.as_tensor(order[at:at + batch])
+        at += batch

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from robo_prm.config_flags import opt
 from robo_prm.perception.backbone import to_tensor
-from robo_prm.perception.budget import BudgetedCycle, interrupted, train_loop
+from robo_prm.perception.budget import BudgetedCycle, interrupted, shuffled_batches, train_loop
 from robo_prm.perception.clip import TextTower, clip_loss
 from robo_prm.perception.dataset import FrameSet, load_frames
 from robo_prm.perception.model import NetConfig, PerceptionNet
@@ -193,13 +193,9 @@ def _fit(net: PerceptionNet, text: TextTower, fmaps: torch.Tensor, arrays: dict,
     net.train()
     for m in [net.trunk.stem, *net.trunk.blocks[:n_frozen]]:
         m.eval()
-    history, order, pos_i = [], rng.permutation(n), 0
+    history = []
     try:
-        for step in train_loop(cycle):
-            if pos_i + cfg.batch > n:
-                order, pos_i = rng.permutation(n), 0
-            idx = torch.as_tensor(order[pos_i:pos_i + cfg.batch])
-            pos_i += cfg.batch
+        for step, idx in zip(train_loop(cycle), shuffled_batches(n, cfg.batch, rng)):
             batch = {k: v[idx] for k, v in arrays.items()}
             out = _rest(net, fmaps[idx].float(), n_frozen)
             terms = losses(net, text.proj, out, batch, text_emb, cfg, pos_weight, slot_cols)

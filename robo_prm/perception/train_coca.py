@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from robo_prm.config_flags import opt
-from robo_prm.perception.budget import BudgetedCycle, interrupted, train_loop
+from robo_prm.perception.budget import BudgetedCycle, interrupted, shuffled_batches, train_loop
 from robo_prm.perception.clip import clip_loss
 from robo_prm.perception.coca import PAD, CaptionTokens, CocaBundle, CocaConfig, build_coca, save_coca
 from robo_prm.perception.dataset import FrameSet, load_frames
@@ -84,13 +84,9 @@ def fit(model, fmaps: torch.Tensor, tokens: torch.Tensor, caption_id: torch.Tens
         bar = tqdm(total=steps, desc="train-coca", unit="step")
     model.train()
     model.visual.trunk.eval()  # batch norm keeps its ImageNet statistics: batches of one scene would skew them
-    history, order, at = [], rng.permutation(n), 0
+    history = []
     try:
-        for step in train_loop(cycle):
-            if at + cfg.batch > n:
-                order, at = rng.permutation(n), 0
-            idx = torch.as_tensor(order[at:at + cfg.batch])
-            at += cfg.batch
+        for step, idx in zip(train_loop(cycle), shuffled_batches(n, cfg.batch, rng)):
             ids = caption_id[idx]
             terms = _step_losses(model, loss_fn, fmaps[idx], tokens[ids], ids, n_frozen, cfg.clip_weight)
             loss = sum(weights[k] * v for k, v in terms.items())

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from robo_prm.config_flags import opt
-from robo_prm.perception.budget import BudgetedCycle, interrupted, train_loop
+from robo_prm.perception.budget import BudgetedCycle, interrupted, shuffled_batches, train_loop
 from robo_prm.perception.dataset import FrameSet, load_frames
 from robo_prm.perception.keypoints import POINTS, READOUT_SLOTS, keypoint_loss, point_positions, project
 from robo_prm.perception.model import PerceptionNet
@@ -123,7 +123,6 @@ def _fit(net: PerceptionNet, maps: torch.Tensor, lab: dict, cfg: KeypointTrainCo
     steps = max(1, int(math.ceil(cfg.epochs * len(maps) / cfg.batch)))
     cycle = BudgetedCycle(opt_, cfg.lr, steps, 0.15, cfg.max_minutes)  # the budget shortens the cycle, not cuts it
     rng = np.random.default_rng(cfg.seed)
-    order, at = rng.permutation(len(maps)), 0
     bar = None
     if progress:
         from tqdm import tqdm
@@ -131,11 +130,7 @@ def _fit(net: PerceptionNet, maps: torch.Tensor, lab: dict, cfg: KeypointTrainCo
         bar = tqdm(total=steps, desc="keypoints", unit="step")
     head.train()
     try:
-        for _ in train_loop(cycle):
-            if at + cfg.batch > len(maps):
-                order, at = rng.permutation(len(maps)), 0
-            idx = torch.as_tensor(order[at:at + cfg.batch])
-            at += cfg.batch
+        for _, idx in zip(train_loop(cycle), shuffled_batches(len(maps), cfg.batch, rng)):
             out = head(maps[idx].float())
             slots = {k: lab["slots"][idx, j] for j, k in enumerate(READOUT_SLOTS)}
             terms = keypoint_loss(out, lab["uv"][idx], lab["seen"][idx], lab["positions"][idx], lab["used"][idx],
