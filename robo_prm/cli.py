@@ -104,10 +104,10 @@ def _train_overrides(args, extra: list[str]) -> dict:
 def train_config_from_args(args, extra: list[str]):
     """The TrainConfig of `robo-prm train`: dataclass defaults ← configs/train/<task>.yaml when it fits
     the algorithm ← --config FILE ← the flags given."""
-    from robo_prm.config import load_train_config
+    from robo_prm.config import load_train_config, task_train_config
 
     overrides = _train_overrides(args, extra)
-    config = config_from_args(TrainArgs, args).config or _task_train_config(overrides.get("task"), overrides.get("algo"))
+    config = config_from_args(TrainArgs, args).config or task_train_config(overrides.get("task"), overrides.get("algo"))
     return load_train_config(config, overrides)
 
 
@@ -141,17 +141,6 @@ def cmd_train(args, extra: list[str]) -> int:
         if out is not None:
             print(f"replay video: {out} (episodes in {run_dir / 'showcase'})")
     return 0
-
-
-def _task_train_config(task: str | None, algo: str | None) -> str | None:
-    """The shipped per-task train config (configs/train/<task>.yaml) when it fits the asked algorithm."""
-    from robo_prm.config import train_configs_dir
-    from robo_prm.config_io import load_yaml
-
-    path = train_configs_dir() / f"{task or 'reach_tool'}.yaml"
-    if path.exists() and algo in (None, load_yaml(path).get("algo")):
-        return str(path)
-    return None
 
 
 # ---- replay ------------------------------------------------------------------------
@@ -323,7 +312,8 @@ def _render_task(task, args) -> int:
 TRAIN_HELP = """Every TrainConfig field (robo_prm/config.py) is a flag: --field VALUE, or --section.field VALUE for
 the sections, e.g. --judge.backend rules --reward.judge_every 8. Values are read as in YAML (null, true,
 a,b for lists). Layers, later wins: the defaults shown ← configs/train/<task>.yaml when it fits --algo
-(reach_tool.yaml: 20000 steps) ← --config FILE ← flags. The run folder's config.yaml holds the result."""
+(reach_tool.yaml: 20000 steps) ← --config FILE; then the file's when_pixels section when the run describes
+from pixels ← flags. The run folder's config.yaml holds the result."""
 
 
 def _train_flags(parser) -> None:

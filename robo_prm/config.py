@@ -164,9 +164,25 @@ def train_configs_dir() -> Path:
     return Path(str(resources.files("robo_prm.configs") / "train"))
 
 
+# A train YAML's optional section of settings that apply only when the scene text comes from pixels
+# (describe.source pixels, from the file or the command line): a task can ship the setting that learns
+# from the noisier pixel captions without a second file. The command line still wins over it.
+PIXELS_SECTION = "when_pixels"
+
+
+def task_train_config(task: str | None, algo: str | None) -> str | None:
+    """The shipped per-task train config (configs/train/<task>.yaml) when it fits the asked algorithm."""
+    path = train_configs_dir() / f"{task or 'reach_tool'}.yaml"
+    if path.exists() and algo in (None, load_yaml(path).get("algo")):
+        return str(path)
+    return None
+
+
 def load_train_config(path: str | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Defaults, then the YAML file (a path or a name under configs/train/), then dotted overrides."""
+    """Defaults, then the YAML file (a path or a name under configs/train/), then its `when_pixels`
+    section if the run describes from pixels, then dotted overrides."""
     data: dict = {}
+    when_pixels: dict = {}
     where = "defaults"
     if path:
         p = Path(path)
@@ -174,11 +190,23 @@ def load_train_config(path: str | None = None, overrides: dict[str, Any] | None 
             p = train_configs_dir() / f"{path}.yaml"
         data = load_yaml(p)
         where = str(p)
-    if overrides:
-        data = merge(data, dotted_to_nested(overrides))
+        when_pixels = data.pop(PIXELS_SECTION, None) or {}
+        if not isinstance(when_pixels, dict):
+            raise ConfigError(f"{where}: {PIXELS_SECTION}: expected a mapping of train settings, "
+                              f"got {type(when_pixels).__name__}")
+    command_line = dotted_to_nested(overrides) if overrides else {}
+    if command_line:
         where += " + command line"
     try:
-        return from_dict(TrainConfig, data)
+        if when_pixels:  # checked in every run, so a typo in it shows before anyone trains from pixels
+            from_dict(TrainConfig, merge(data, when_pixels))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {PIXELS_SECTION}: {exc}") from None
+    try:
+        cfg = from_dict(TrainConfig, merge(data, command_line))
+        if when_pixels and cfg.describe.source == "pixels":
+            cfg = from_dict(TrainConfig, merge(merge(data, when_pixels), command_line))
+        return cfg
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 

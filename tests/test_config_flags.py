@@ -164,6 +164,31 @@ def test_flags_layer_on_the_task_yaml_and_only_given_flags_count():
     assert train_config_from_args(args, extra).steps == TrainConfig().steps
 
 
+def test_when_pixels_section_applies_only_to_pixel_runs_and_flags_still_win(tmp_path):
+    """reach_tool.yaml ships one env for pixel runs (the setting that learns from pixel captions); a state run
+    keeps the file's two, a flag beats both, and a typo in the section is named before any run uses it."""
+    from robo_prm.config_io import ConfigError
+
+    def n_envs(*flags):
+        args, extra = build_parser().parse_known_args(["train", *flags])
+        cfg = train_config_from_args(args, extra)
+        return cfg.n_envs, cfg.updates_per_step
+
+    assert n_envs() == (2, 0.5)
+    assert n_envs("--describe.source", "pixels") == (1, 1)
+    assert n_envs("--describe.source", "pixels", "--n_envs", "3") == (3, 1)
+    own = tmp_path / "own.yaml"
+    own.write_text("task: reach_tool\nn_envs: 4\ndescribe: {source: pixels}\nwhen_pixels: {n_envs: 2}\n")
+    assert load_train_config(str(own)).n_envs == 2
+    assert load_train_config(str(own), {"describe.source": "state"}).n_envs == 4
+    own.write_text("task: reach_tool\nwhen_pixels: {n_env: 2}\n")
+    with pytest.raises(ConfigError, match=r"own.yaml: when_pixels: .*n_env"):
+        load_train_config(str(own))
+    own.write_text("task: reach_tool\nwhen_pixels: 1\n")
+    with pytest.raises(ConfigError, match="when_pixels: expected a mapping"):
+        load_train_config(str(own))
+
+
 @pytest.mark.parametrize("text, tp, value", [
     ("q_proj,v_proj", list[str], ["q_proj", "v_proj"]), ("[a, b]", list[str], ["a", "b"]), ("", list[str], []),
     ("0.25,0.35,0.4", tuple[float, float, float], (0.25, 0.35, 0.4)), ("007", str, "007"), ("null", str | None, None),

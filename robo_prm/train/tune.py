@@ -32,9 +32,9 @@ from typing import Any
 
 from stable_baselines3.common.callbacks import BaseCallback
 
-from robo_prm.config import TrainConfig, load_train_config, train_configs_dir
+from robo_prm.config import TrainConfig, load_train_config, task_train_config
 from robo_prm.config_flags import add_config_args, config_fields, config_from_args, free_flags, given_flags, opt
-from robo_prm.config_io import ConfigError, dotted_to_nested, from_dict, load_yaml, merge, to_dict
+from robo_prm.config_io import ConfigError, dotted_to_nested, from_dict, merge, to_dict
 from robo_prm.reward.config import Stage
 
 log = logging.getLogger(__name__)
@@ -345,11 +345,7 @@ def base_config(args, extra: list[str]) -> TrainConfig:
     """The trials' base config: defaults ← configs/train/<task>.yaml when it fits --algo ← --config ← TrainConfig flags."""
     known = tuple(path for path, _, _ in config_fields(TuneArgs))
     overrides = {**given_flags(args, TrainConfig), **free_flags(extra, TrainConfig, known=known)}
-    config = config_from_args(TuneArgs, args).config
-    if config is None:
-        path = train_configs_dir() / f"{overrides.get('task') or 'reach_tool'}.yaml"
-        if path.exists() and overrides.get("algo") in (None, load_yaml(path).get("algo")):
-            config = str(path)
+    config = config_from_args(TuneArgs, args).config or task_train_config(overrides.get("task"), overrides.get("algo"))
     return load_train_config(config, overrides)
 
 
