@@ -29,7 +29,7 @@ from robo_prm.describe.state_captioner import StateCaptioner
 from robo_prm.envs.rollout import rollout
 from robo_prm.envs.task import load_task
 from robo_prm.envs.tidy_env import TidyTableEnv
-from robo_prm.perception.dataset import CollectConfig, POLICIES, _policy, scatter
+from robo_prm.perception.dataset import CollectConfig, start_episode
 from robo_prm.perception.keypoints import POINTS
 from robo_prm.perception.train import predict
 from robo_prm.perception.weights import load_perception
@@ -47,14 +47,7 @@ def described_frames(episodes: int, seed0: int, every: int, views: tuple[str, ..
         task = load_task(TASKS[ep % len(TASKS)])
         env = TidyTableEnv(task, render_mode="rgb_array", width=size, height=size)
         cap, seed = StateCaptioner(task), seed0 + ep
-        rng = np.random.default_rng(seed)
-        kind = POLICIES[int(rng.choice(3, p=np.asarray(cfg.mix) / sum(cfg.mix)))]
-        obs, info = env.reset(seed=seed)
-        ep_rng = np.random.default_rng(seed)
-        if rng.uniform() < cfg.scatter:
-            scatter(env, ep_rng)
-            obs = env.unwrapped._observe(env.unwrapped.scene_state)
-        policy = _policy(kind, env, seed, ep_rng)
+        start = start_episode(cfg, env, seed, np.random.default_rng(seed))
 
         def keep(step, env=env, task=task, cap=cap, ep=ep):
             if step.t == 0 or step.t % every == 0:
@@ -65,7 +58,8 @@ def described_frames(episodes: int, seed0: int, every: int, views: tuple[str, ..
                              "moving": {o.sim: bool(o.moving) for o in facts.objects},
                              "positions": {sim: s.objects[sim].pos.copy() for sim in task.movable}})
 
-        rollout(env, policy, seed, on_step=keep, max_steps=min(task.spec.max_steps, cfg.max_steps), start=(obs, info))
+        rollout(env, start.policy, seed, on_step=keep, max_steps=min(task.spec.max_steps, cfg.max_steps),
+                start=(start.obs, start.info))
         env.close()
     return np.stack(frames), rows
 

@@ -168,32 +168,54 @@ def _policy(kind: str, env, seed: int, ep_rng: np.random.Generator):
 def _episode(cfg: CollectConfig, episode: int, ti: int, env, cap: StateCaptioner, rng: np.random.Generator, rows: _Rows):
     """One episode of a policy drawn from cfg.mix (random only for a task without a scripted expert), from a
     scattered scene with probability cfg.scatter; every cfg.stride-th state (from a random offset) is kept."""
-    from robo_prm.envs.experts import PLANS
     from robo_prm.envs.rollout import rollout
 
     task = env.unwrapped.task
     seed = cfg.seed * 1_000_003 + episode
     n_tasks = len(cfg.tasks)
     split = "heldout" if (episode // n_tasks) % cfg.heldout_every == 0 else "train"  # whole rounds: every task
-    kind = POLICIES[int(rng.choice(3, p=np.asarray(cfg.mix) / sum(cfg.mix)))]
-    if task.name not in PLANS:
-        kind = "random"
-    obs, info = env.reset(seed=seed)
-    ep_rng = np.random.default_rng(seed)  # scatter, policy, offset: drawn in this order
-    scattered = bool(rng.uniform() < cfg.scatter)
-    if scattered:
-        scatter(env, ep_rng)
-        obs = env.unwrapped._observe(env.unwrapped.scene_state)
-    policy = _policy(kind, env, seed, ep_rng)
-    offset = int(ep_rng.integers(cfg.stride))
-    ep = {"episode": episode, "seed": seed, "split": split, "kind": kind, "scattered": scattered}
+    start = start_episode(cfg, env, seed, rng)
+    offset = int(start.ep_rng.integers(cfg.stride))
+    ep = {"episode": episode, "seed": seed, "split": split, "kind": start.kind, "scattered": start.scattered}
 
     def keep(step) -> bool:
         if (step.t - offset) % cfg.stride == 0:
             rows.add(env, cap, ti, step.t, ep)
         return rows.full
 
-    rollout(env, policy, seed, on_step=keep, max_steps=min(task.spec.max_steps, cfg.max_steps), start=(obs, info))
+    rollout(env, start.policy, seed, on_step=keep, max_steps=min(task.spec.max_steps, cfg.max_steps),
+            start=(start.obs, start.info))
+
+
+@dataclass
+class EpisodeStart:
+    """A reset env's first observation, the policy drawn for the episode, and the episode's own generator
+    (what is drawn from it after the policy, e.g. the collection's stride offset, follows from here)."""
+    kind: str
+    scattered: bool
+    policy: object
+    obs: object
+    info: dict
+    ep_rng: np.random.Generator
+
+
+def start_episode(cfg: CollectConfig, env, seed: int, rng: np.random.Generator) -> EpisodeStart:
+    """Reset `env` at `seed` as a collected episode starts: a policy kind drawn from cfg.mix (random for a task
+    without a scripted expert) and a scattered scene with probability cfg.scatter, both drawn from `rng`; the
+    scatter and the policy's own draws from a generator seeded with `seed`."""
+    from robo_prm.envs.experts import PLANS
+
+    kind = POLICIES[int(rng.choice(3, p=np.asarray(cfg.mix) / sum(cfg.mix)))]
+    if env.unwrapped.task.name not in PLANS:
+        kind = "random"
+    obs, info = env.reset(seed=seed)
+    ep_rng = np.random.default_rng(seed)  # scatter, policy, then whatever the caller draws: in this order
+    scattered = bool(rng.uniform() < cfg.scatter)
+    if scattered:
+        scatter(env, ep_rng)
+        obs = env.unwrapped._observe(env.unwrapped.scene_state)
+    policy = _policy(kind, env, seed, ep_rng)
+    return EpisodeStart(kind, scattered, policy, obs, info, ep_rng)
 
 
 def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
