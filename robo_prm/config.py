@@ -164,18 +164,18 @@ def train_configs_dir() -> Path:
     return Path(str(resources.files("robo_prm.configs") / "train"))
 
 
-# A train YAML's optional section of settings that apply only when the scene text comes from pixels
-# (describe.source pixels, from the file or the command line): a task can ship the setting that learns
-# from the noisier pixel captions without a second file. The command line still wins over it.
-PIXELS_SECTION = "when_pixels"
-
-
 def task_train_config(task: str | None, algo: str | None) -> str | None:
     """The shipped per-task train config (configs/train/<task>.yaml) when it fits the asked algorithm."""
     path = train_configs_dir() / f"{task or 'reach_tool'}.yaml"
     if path.exists() and algo in (None, load_yaml(path).get("algo")):
         return str(path)
     return None
+
+
+# A train YAML's optional section of settings that apply only when the scene text comes from pixels
+# (describe.source pixels, from the file or the command line): a task can ship the setting that learns
+# from the noisier pixel captions without a second file. The command line still wins over it.
+PIXELS_SECTION = "when_pixels"
 
 
 def load_train_config(path: str | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
