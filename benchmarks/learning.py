@@ -39,7 +39,8 @@ Variants (docs/LEARNING.md):
   llm_no_novelty    the default without the count-based novelty term (`--reward.novelty none`)
   llm_async         the default with the judge off the step path (`--reward.async true`; issue 16's sync vs async)
   llm_async_any     the same, SAC also trained on rows still waiting for their judgement (`--reward.async_sample any`)
-  shipped_pixels    the shipped config with scene texts from the rendered frame alone (issue 18, as a user runs it)
+  shipped_pixels    the shipped config with scene texts from the rendered frame alone, its `when_pixels:` section
+                    applied (issue 18, as a user runs it)
   llm_pixels        the default with scene texts from the rendered frame alone (`--describe.source pixels`; issue 18)
   clip              the blend with the frame's CLIP similarity to the goal in the LLM's place (VLM-RM, `--reward_source clip`)
   rules_demos, rules_curriculum, dense_demos, sparse_demos   the aids on the cheaper rewards
