@@ -173,8 +173,10 @@ def task_train_config(task: str | None, algo: str | None) -> str | None:
 
 
 # A train YAML's optional section of settings that apply only when the scene text comes from pixels
-# (describe.source pixels, from the file or the command line): a task can ship the setting that learns
-# from the noisier pixel captions without a second file. The command line still wins over it.
+# (describe.source pixels, from the file or the command line): a task can ship the setting that learns from the
+# noisier pixel captions without a second file. The command line still wins over it. reward_source clip, which
+# implies pixels only where training starts (TrainConfig.resolve), does not take it: the CLIP baseline's figures
+# were measured with the file's own settings, and one env was chosen for captions, not for a frame's cosine.
 PIXELS_SECTION = "when_pixels"
 
 

@@ -177,6 +177,7 @@ def test_when_pixels_section_applies_only_to_pixel_runs_and_flags_still_win(tmp_
     assert n_envs() == (2, 0.5)
     assert n_envs("--describe.source", "pixels") == (1, 1)
     assert n_envs("--describe.source", "pixels", "--n_envs", "3") == (3, 1)
+    assert n_envs("--reward_source", "clip") == (2, 0.5)  # the CLIP baseline keeps the settings it was measured with
     own = tmp_path / "own.yaml"
     own.write_text("task: reach_tool\nn_envs: 4\ndescribe: {source: pixels}\nwhen_pixels: {n_envs: 2}\n")
     assert load_train_config(str(own)).n_envs == 2

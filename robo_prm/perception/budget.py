@@ -82,7 +82,8 @@ def train_loop(cycle: BudgetedCycle) -> Iterator[int]:
 
 
 def interrupted(cycle: BudgetedCycle, what: str) -> None:
-    """Log a Ctrl-C that ended a training loop (the weights stay as the last finished step left them)."""
+    """Log a Ctrl-C that ended a training loop (the weights are as the last finished step left them, unless the
+    Ctrl-C came inside an optimiser step, which may then be half applied)."""
     log.warning("%s interrupted after %d of %d steps: saving what is trained", what, cycle.taken, cycle.steps)
 
 
