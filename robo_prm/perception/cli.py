@@ -1,14 +1,15 @@
-"""CLI wiring for `robo-prm perception collect | train-clip | train-captioner | train-keypoints | calibrate-hazards |
-calibrate-keypoints | caption | search | goal-sim`.
+"""CLI wiring for `robo-prm perception collect | train-clip | train-captioner | train-keypoints | train-refiner |
+calibrate-hazards | calibrate-keypoints | caption | search | goal-sim`.
 
 Every flag is a field: `CollectConfig` (+ `--out`), `PerceptionTrainConfig`, `CalibrateArgs`, `CaptionArgs`, `SearchArgs`,
-`GoalSimArgs`, `KeypointTrainConfig`, `KeypointChoiceArgs`.
+`GoalSimArgs`, `KeypointTrainConfig`, `RefineTrainConfig`, `KeypointChoiceArgs`.
 
     robo-prm perception collect --tasks reach_tool,tidy_table --frames 14000 --size 128 --out DIR
     robo-prm perception train-clip --data DIR --out CLIP_DIR [--epochs 8 --lr 2e-3 ...]
     robo-prm perception train-captioner --data DIR --init CLIP_DIR --out DIR
     robo-prm perception train-coca --data DIR --out COCA_DIR                    # open_clip CoCa captioner
     robo-prm perception train-keypoints --data DIR --out DIR [--init DIR]       # add a keypoint head (positions)
+    robo-prm perception train-refiner --data DIR --out DIR [--init DIR]         # sub-pixel keypoints from the frame's pixels
     robo-prm perception calibrate-keypoints --weights DIR --data FRAMES          # its caption decoding, chosen on frames
     robo-prm perception calibrate-hazards --weights DIR --data FRAMES            # per-hazard thresholds on unseen frames
     robo-prm perception caption --task tidy_table --seed 0 [--weights DIR]      # pixel vs state caption
@@ -126,6 +127,18 @@ def cmd_train_keypoints(cfg) -> int:
 
     out = train_keypoints(cfg, command=_command())
     print(json.dumps(json.loads((out / "manifest.json").read_text())["keypoints"]["heldout_error"], indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_train_refiner(cfg) -> int:
+    from robo_prm.perception.train_refine import train_refiner
+
+    try:
+        out = train_refiner(cfg, command=_command())
+    except ValueError as e:  # no keypoint head, weights that do not fit: one line
+        raise SystemExit(f"train-refiner: {e}") from None
+    print(json.dumps(json.loads((out / "manifest.json").read_text())["refine"]["heldout_error"], indent=1))
     print(f"wrote {out}")
     return 0
 
@@ -275,6 +288,7 @@ def add_perception_commands(p) -> None:
     """The `robo-prm perception` subcommands, on the `perception` parser."""
     from robo_prm.perception.train_coca import CocaTrainConfig
     from robo_prm.perception.train_keypoints import KeypointTrainConfig
+    from robo_prm.perception.train_refine import RefineTrainConfig
 
     ps = p.add_subparsers(dest="perception_command", required=True)
 
@@ -291,6 +305,8 @@ def add_perception_commands(p) -> None:
     add("train-coca", CocaTrainConfig, cmd_train_coca, "open_clip CoCa captioner: frame → the state caption, word for word")
     add("train-keypoints", KeypointTrainConfig, cmd_train_keypoints,
         "a keypoint head on a trained folder: where the gripper and objects are, for the distance words")
+    add("train-refiner", RefineTrainConfig, cmd_train_refiner,
+        "a refiner on a keypoint head: each point moved to sub-pixel precision by the frame's own pixels")
     add("calibrate-keypoints", KeypointChoiceArgs, cmd_calibrate_keypoints,
         "how captions weigh the keypoint head's positions against the slot heads, chosen on frames")
     add("caption", CaptionArgs, cmd_caption, "caption a rendered frame from pixels and compare with the state caption")

@@ -17,6 +17,8 @@ Cameras are the env's `VIEWS` (lookat, distance, azimuth, elevation) with the mo
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -119,7 +121,9 @@ class KeypointHead(nn.Module):
         self.register_buffer("grid", cell_centres(size), persistent=False)
         self.readout = Readout(len(views), width, n) if readout else None
 
-    def forward(self, fmap: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(self, fmap: torch.Tensor, refine: Callable[[torch.Tensor], torch.Tensor] | None = None
+                ) -> dict[str, torch.Tensor]:
+        """`refine`: coarse image coordinates → finer ones (refine.py), which the rays go through."""
         b, v = fmap.shape[:2]
         x = fmap.flatten(0, 1).float()
         grid = self.grid.reshape(2, self.size, self.size)[None].expand(len(x), -1, -1, -1)
@@ -130,12 +134,15 @@ class KeypointHead(nn.Module):
         peak = p.max(-1).values.reshape(b, v, len(POINTS), 1)
         z = torch.cat([torch.cat([uv, peak], -1).flatten(2), h.mean((2, 3)).reshape(b, v, -1)], -1).flatten(1)
         out = {"uv": uv, "heat": heat.reshape(b, v, len(POINTS), -1)}
+        rays = uv if refine is None else refine(uv)
+        if refine is not None:
+            out["uv_refined"] = rays
         if self.readout is None:
-            cm = self.triangulate(uv)
+            cm = self.triangulate(rays)
         else:
             local = torch.einsum("bpn,bcn->bpc", p, h.flatten(2)).reshape(b, v, len(POINTS), -1)  # features at the point
             out |= self.readout(local, peak, z)
-            cm = self.triangulate.weighted(uv, torch.sigmoid(out["visible"]), out["height"], self.readout.strength())
+            cm = self.triangulate.weighted(rays, torch.sigmoid(out["visible"]), out["height"], self.readout.strength())
         cm = cm + self.correct(z).reshape(b, len(POINTS), 3)
         return out | {"positions": cm / 100.0 + torch.as_tensor(CENTER, dtype=cm.dtype)}
 

@@ -14,13 +14,15 @@ frame (one camera view, or several side by side: each through the trunk) → Tru
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from robo_prm.perception.backbone import BLOCK_CHANNELS, BLOCK_STRIDE, Neck, Trunk, split_views
-from robo_prm.perception.keypoints import KeypointHead
+from robo_prm.perception.keypoints import POINTS, KeypointHead
+from robo_prm.perception.refine import PatchRefiner, refine_uv
 from robo_prm.perception.slots import STATE_DIM, slot_sizes
 
 
@@ -41,6 +43,7 @@ class NetConfig:
     keypoint_width: int = 48
     keypoint_readout: bool = False  # the head also reads visibility, height and READOUT_SLOTS at its points
     keypoint_slot_mix: float = 1.0  # READOUT_SLOTS' logits = the slot heads' + this × the readout's (0: heads alone)
+    keypoint_refine: bool = False  # a PatchRefiner moves each keypoint by the frame's own pixels (refine.py)
     # how captions weigh the positions against the slot heads (placed.py); chosen by train-keypoints on held-out frames
     keypoint_sigma: float = 0.003
     keypoint_weight: float = 1.0
@@ -67,6 +70,7 @@ class PerceptionNet(nn.Module):
         k = cfg.keypoint_blocks
         self.keypoints = KeypointHead(BLOCK_CHANNELS[k - 1], -(-cfg.size // BLOCK_STRIDE[k - 1]), cfg.views,
                                       cfg.keypoint_width, cfg.keypoint_readout) if k else None
+        self.refiner = PatchRefiner(len(cfg.views), len(POINTS)) if k and cfg.keypoint_refine else None
 
     def tiles(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, S, views·S) → (B·views, 3, S, S): what the trunk reads."""
@@ -82,9 +86,11 @@ class PerceptionNet(nn.Module):
     def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
         if self.keypoints is None:
             return self.heads(self.features(images))
-        early = self.trunk.prefix(self.tiles(images), self.cfg.keypoint_blocks)  # the keypoint head's map, on the way
+        tiles = self.tiles(images)
+        early = self.trunk.prefix(tiles, self.cfg.keypoint_blocks)  # the keypoint head's map, on the way
         out = self.heads(self.neck(self.trunk.rest(early, self.cfg.keypoint_blocks)))
-        points = self.keypoints(self.per_frame(early, len(images)))
+        refine = None if self.refiner is None else partial(refine_uv, self.refiner, tiles)
+        points = self.keypoints(self.per_frame(early, len(images)), refine)
         out["positions"] = points["positions"]
         for name in (k for k in points if k.startswith("slot/")):  # read where the points are, with the heads' view
             out[name] = out[name] + self.cfg.keypoint_slot_mix * points[name]

@@ -1,0 +1,158 @@
+"""Add a keypoint refiner (refine.py) to a perception folder with a keypoint head: `robo-prm perception train-refiner`.
+
+Nothing else in the model changes: the keypoint head's coarse positions are computed once per frame (it stays
+frozen), a window of the frame is cut around each, and the refiner learns the offset to where the camera projects
+the simulator's position (labels from the frames' state vectors, as for the keypoint head). Frames are drawn from
+the training rounds of each `--data` folder; the held-out rounds measure the pixel error before and after, and the
+captions' decoding (placed.py's noise and weight) is chosen again on them, since finer positions want less noise.
+"""
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from robo_prm.config_flags import opt
+from robo_prm.envs.task import load_task
+from robo_prm.perception.backbone import to_tensor
+from robo_prm.perception.budget import BudgetedCycle, interrupted, shuffled_batches, train_loop
+from robo_prm.perception.dataset import load_frames
+from robo_prm.perception.model import PerceptionNet
+from robo_prm.perception.refine import crop_patches, slots
+from robo_prm.perception.train_keypoints import DecodingGrid, _config, _write_config, choose_decoding, labels, write_decoding
+from robo_prm.perception.weights import load_perception, save_perception
+from robo_prm.provenance import provenance
+
+
+@dataclass
+class RefineTrainConfig(DecodingGrid):
+    data: str = opt("data/perception", "folders written by `robo-prm perception collect` (comma-separated)")
+    init: str | None = opt(None, "the perception folder (with a keypoint head) to add the refiner to (null: the shipped "
+                           "model)")
+    out: str = opt("runs/perception_refine", "where the folder with the refiner goes")
+    frames: int = opt(10000, "training frames drawn from each folder at most")
+    heldout_frames: int = opt(3000, "held-out frames of all folders together at most (errors and the decoding)")
+    epochs: float = opt(6.0, "passes over the (frame, view, point) windows")
+    batch: int = opt(512, "windows per step")
+    lr: float = opt(2e-3, "peak learning rate (AdamW, one-cycle)")
+    window: float = opt(8.0, "pixels: a point further than this from its window's centre is left out of the loss")
+    threads: int = opt(1, "torch threads")
+    seed: int = opt(0, "seed of the frames drawn, the initialisation and the batches")
+    max_minutes: float = opt(0.0, "minutes of training steps at most (perception/budget.py; 0: the planned steps)")
+
+
+def windows(net: PerceptionNet, frames: np.ndarray, batch: int = 64) -> dict[str, np.ndarray]:
+    """The keypoint head's coarse image coordinates (N, V, P, 2) and the frame's window around each (N, V, P, 3, S, S),
+    uint8 — what the refiner reads."""
+    uv, patches = [], []
+    with torch.no_grad():
+        for s in range(0, len(frames), batch):
+            tiles = net.tiles(to_tensor(frames[s:s + batch]))
+            early = net.trunk.prefix(tiles, net.cfg.keypoint_blocks)
+            coarse = net.keypoints(net.per_frame(early, len(tiles) // len(net.cfg.views)))["uv"]
+            uv.append(coarse.numpy())
+            patches.append(crop_patches(tiles, coarse).round().clamp(0, 255).to(torch.uint8).numpy())
+    return {"uv": np.concatenate(uv), "patches": np.concatenate(patches)}
+
+
+def samples(net: PerceptionNet, folder: str, heldout: bool, n: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+    """Up to n frames of a folder's split → one row per (frame, view, point) the frame shows: window, coarse uv, slot,
+    and the offset to the true projection in pixels."""
+    frames = load_frames(folder, list(net.cfg.views), heldout=heldout)
+    frames = frames.subset(np.sort(rng.choice(len(frames), min(n, len(frames)), replace=False)))
+    w = windows(net, frames.arrays["frames"])
+    lab = labels(frames, list(net.cfg.views))
+    b, v, p = w["uv"].shape[:3]
+    return {"patches": torch.from_numpy(w["patches"].reshape(b * v * p, *w["patches"].shape[3:])),
+            "uv": torch.from_numpy(w["uv"].reshape(-1, 2)), "slot": slots(b, v, p),
+            "delta": (lab["uv"].reshape(-1, 2) - torch.from_numpy(w["uv"].reshape(-1, 2))) * (net.cfg.size / 2),
+            "seen": lab["seen"].reshape(-1)}
+
+
+def _merged(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+
+def _fit(refiner, rows: dict[str, torch.Tensor], cfg: RefineTrainConfig, progress: bool) -> int:
+    keep = rows["seen"] & (rows["delta"].abs() < cfg.window).all(-1)  # a point far outside its window: not learnable
+    rows = {k: v[keep] for k, v in rows.items()}
+    opt_ = torch.optim.AdamW(refiner.parameters(), lr=cfg.lr, weight_decay=1e-4)
+    steps = max(1, int(math.ceil(cfg.epochs * len(rows["slot"]) / cfg.batch)))
+    cycle = BudgetedCycle(opt_, cfg.lr, steps, 0.1, cfg.max_minutes)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=steps, desc="refiner", unit="step")
+    refiner.train()
+    try:
+        for _, i in zip(train_loop(cycle), shuffled_batches(len(rows["slot"]), cfg.batch, np.random.default_rng(cfg.seed))):
+            pred = refiner(rows["patches"][i], rows["uv"][i], rows["slot"][i])
+            loss = F.smooth_l1_loss(pred, rows["delta"][i], beta=0.25)  # pixels
+            opt_.zero_grad()
+            loss.backward()
+            opt_.step()
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
+    except KeyboardInterrupt:
+        interrupted(cycle, "train-refiner")
+    refiner.eval()
+    return cycle.taken
+
+
+def pixel_errors(refiner, rows: dict[str, torch.Tensor]) -> dict:
+    """On the windows of points in the frame: the coarse and the refined position's distance to the true projection,
+    in pixels (median, and the share over 1 px)."""
+    seen = rows["seen"]
+    with torch.no_grad():
+        pred = torch.cat([refiner(rows["patches"][s:s + 2048], rows["uv"][s:s + 2048], rows["slot"][s:s + 2048])
+                          for s in range(0, len(seen), 2048)])
+    coarse = rows["delta"][seen].norm(dim=-1)
+    fine = (rows["delta"] - pred)[seen].norm(dim=-1)
+    return {"windows": int(seen.sum()), "coarse_median_px": round(float(coarse.median()), 3),
+            "refined_median_px": round(float(fine.median()), 3), "coarse_over_1px": round(float((coarse > 1).float().mean()), 4),
+            "refined_over_1px": round(float((fine > 1).float().mean()), 4)}
+
+
+def train_refiner(cfg: RefineTrainConfig, progress: bool = True, command: str = "") -> Path:
+    """Write cfg.out: the init folder's model with a trained refiner (its thresholds and manifest kept)."""
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    bundle = load_perception(cfg.init)
+    if bundle.net.keypoints is None:
+        raise ValueError(f"{bundle.folder}: no keypoint head to refine (add one: robo-prm perception train-keypoints)")
+    net = PerceptionNet(replace(bundle.net.cfg, keypoint_refine=True), imagenet=False)
+    missing = [k for k in net.load_state_dict(bundle.net.state_dict(), strict=False).missing_keys
+               if not k.startswith("refiner.")]
+    if missing:
+        raise ValueError(f"{bundle.folder}: weights lack {missing[:3]}")
+    net.eval()
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(cfg.seed)
+    folders = [f for f in cfg.data.split(",") if f]
+    train = _merged([samples(net, f, False, cfg.frames, rng) for f in folders])
+    held = _merged([samples(net, f, True, max(1, cfg.heldout_frames // len(folders)), rng) for f in folders])
+    windows_s = time.perf_counter() - t0
+    steps = _fit(net.refiner, train, cfg, progress)
+    errors = pixel_errors(net.refiner, held)
+    out = Path(cfg.out)
+    if out.resolve() != Path(bundle.folder).resolve():
+        shutil.copytree(bundle.folder, out, dirs_exist_ok=True)
+    manifest = dict(bundle.manifest or {})
+    manifest["refine"] = {**provenance(command or None), "config": asdict(cfg), "windows": int(len(train["slot"])),
+                          "steps": steps, "seconds_windows": round(windows_s, 1),
+                          "seconds": round(time.perf_counter() - t0, 1), "heldout_error": errors}
+    extra = {k: v for k, v in _config(out).items() if k not in ("net", "hazard_threshold", "cached_texts")}
+    base = bundle.hazard_threshold.get("*", 0.5) if isinstance(bundle.hazard_threshold, dict) else bundle.hazard_threshold
+    save_perception(out, net, bundle.text, manifest, base, cache_texts=[load_task(t).spec.goal for t in net.cfg.tasks])
+    _write_config(out, _config(out) | extra)
+    choice = choose_decoding(net, load_frames(cfg.data, list(net.cfg.views), heldout=True), cfg)
+    write_decoding(out, choice | {"chosen_on": f"{cfg.data} (heldout frames)"} if choice else choice)
+    return out

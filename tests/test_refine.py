@@ -1,0 +1,108 @@
+"""The keypoint refiner: windows cut where the points are, an untrained refiner moves nothing, training moves points
+to where the pixels say, and `train-refiner` adds it to a folder."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from robo_prm.perception.keypoints import POINTS
+from robo_prm.perception.refine import PatchRefiner, crop_patches, refine_uv, slots
+from robo_prm.perception.train_refine import RefineTrainConfig, _fit, pixel_errors
+
+
+def _lit(size: int, rows, cols) -> torch.Tensor:
+    """(len, 3, size, size) tiles, each black with one white pixel."""
+    tiles = torch.zeros(len(rows), 3, size, size)
+    for k, (r, c) in enumerate(zip(rows, cols)):
+        tiles[k, :, r, c] = 255.0
+    return tiles
+
+
+def _uv(size: int, rows, cols) -> torch.Tensor:
+    """Pixel centres → keypoints.project's image coordinates (x right, y down, ±1 the frame's edges)."""
+    return torch.tensor([[(c + 0.5) * 2 / size - 1, (r + 0.5) * 2 / size - 1] for r, c in zip(rows, cols)])
+
+
+def test_windows_are_cut_around_each_point():
+    size = 32
+    tiles = _lit(size, [5, 20], [9, 30])  # one frame, two views
+    uv = _uv(size, [5, 20], [9, 30]).reshape(1, 2, 1, 2).repeat(1, 1, 3, 1)  # three points on the lit pixel
+    uv[0, 0, 1] += torch.tensor([2 * 2 / size, 0.0])  # point 1 of view 0 sits two pixels right of it
+    patches = crop_patches(tiles, uv, patch=5)
+    assert patches.shape == (1, 2, 3, 3, 5, 5)
+    assert patches[0, 0, 0, 0, 2, 2] == 255 and patches[0, 0, 0].sum() == 3 * 255  # the window's centre, nothing else
+    assert patches[0, 0, 1, 0, 2, 0] == 255  # seen two pixels left of that point's centre
+    assert patches[0, 1, 2, 0, 2, 2] == 255  # the other view's own pixel, at the frame's right edge (zeros beyond)
+    assert slots(2, 2, 3).tolist() == [0, 1, 2, 3, 4, 5] * 2
+
+
+def test_an_untrained_refiner_moves_nothing():
+    from robo_prm.perception.model import NetConfig, PerceptionNet
+
+    cfg = NetConfig(size=32, views=["front", "side"], hidden=16, embed_dim=8, keypoint_blocks=3, keypoint_width=8,
+                    keypoint_readout=True)
+    torch.manual_seed(0)
+    plain = PerceptionNet(cfg, imagenet=False).eval()
+    refined = PerceptionNet(replace(cfg, keypoint_refine=True), imagenet=False).eval()
+    assert not refined.load_state_dict(plain.state_dict(), strict=False).unexpected_keys
+    images = torch.rand(2, 3, 32, 64) * 255
+    with torch.no_grad():
+        a, b = plain(images), refined(images)
+    assert torch.allclose(a["positions"], b["positions"]) and "uv_refined" not in a
+    assert refined.refiner is not None and plain.refiner is None
+
+
+def test_training_moves_points_to_where_the_pixels_are():
+    """Windows around a white pixel, cut at coarse positions up to 3 px off: the refiner learns the offsets."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    size, n = 32, 256
+    rows, cols = rng.integers(8, 24, n), rng.integers(8, 24, n)
+    tiles = _lit(size, rows, cols)
+    truth = _uv(size, rows, cols)
+    coarse = truth + torch.tensor(rng.uniform(-3, 3, (n, 2)), dtype=torch.float32) * 2 / size
+    refiner = PatchRefiner(views=1, points=1, width=8, patch=9)
+    patches = crop_patches(tiles, coarse.reshape(n, 1, 1, 2), patch=9).reshape(n, 3, 9, 9)
+    rows_ = {"patches": patches.round().to(torch.uint8), "uv": coarse, "slot": slots(n, 1, 1),
+             "delta": (truth - coarse) * size / 2, "seen": torch.ones(n, dtype=torch.bool)}
+    before = pixel_errors(refiner, rows_)
+    _fit(refiner, rows_, RefineTrainConfig(epochs=150, batch=64, lr=3e-3), progress=False)
+    after = pixel_errors(refiner, rows_)
+    assert before["refined_median_px"] == before["coarse_median_px"] > 1.5  # untrained: the coarse positions
+    assert after["refined_median_px"] < 0.5 * before["coarse_median_px"]
+    moved = refine_uv(refiner, tiles, coarse.reshape(n, 1, 1, 2)).reshape(n, 2)
+    assert (moved - truth).norm(dim=-1).median() < 0.5 * (coarse - truth).norm(dim=-1).median()
+
+
+def test_train_refiner_cli_adds_a_refiner_and_keeps_the_rest(tiny_two_view_model, tmp_path):
+    from robo_prm.cli import main
+    from robo_prm.perception.dataset import CollectConfig, collect, load_frames
+    from robo_prm.perception.weights import load_perception
+    from robo_prm.envs.task import load_task
+
+    data = tmp_path / "frames"
+    collect(CollectConfig(tasks=["reach_tool"], frames=24, size=48, views=["front", "side"], stride=2, heldout_every=3,
+                          max_steps=12, seed=8), data, progress=False)
+    head = tmp_path / "with_head"
+    assert main(["perception", "train-keypoints", "--data", str(data), "--init", str(tiny_two_view_model), "--out",
+                 str(head), "--epochs", "1", "--batch", "8", "--width", "8", "--sigmas", "0.003", "--share_weights", "1"]) == 0
+    out = tmp_path / "refined"
+    assert main(["perception", "train-refiner", "--data", str(data), "--init", str(head), "--out", str(out),
+                 "--epochs", "1", "--batch", "16", "--frames", "12", "--sigmas", "0.002", "--share_weights", "1"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["refine"]["windows"] > 0 and manifest["refine"]["heldout_error"]["windows"] > 0
+    assert "keypoints" in manifest and manifest["keypoints"]["decoding"]["chosen_on"] == f"{data} (heldout frames)"
+    bundle, before = load_perception(out), load_perception(head)
+    assert bundle.net.cfg.keypoint_refine and bundle.net.refiner is not None and bundle.net.cfg.keypoint_sigma == 0.002
+    assert torch.equal(bundle.net.keypoints.heat.weight, before.net.keypoints.heat.weight)
+    frames = load_frames(data).arrays["frames"][:2]
+    with torch.no_grad():
+        out_ = bundle.net(torch.from_numpy(frames).permute(0, 3, 1, 2).float())
+    assert out_["positions"].shape == (2, len(POINTS), 3)
+    assert bundle.captioner(load_task("reach_tool"))(frames[0]).text.startswith("The gripper")
+    with pytest.raises(SystemExit, match="no keypoint head"):
+        main(["perception", "train-refiner", "--data", str(data), "--init", str(tiny_two_view_model), "--out", str(tmp_path / "x")])
