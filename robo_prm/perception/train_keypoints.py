@@ -39,7 +39,8 @@ class DecodingGrid:
                               "(placed.py)")
     share_weights: list[float] = opt([0.0, 0.5, 1.0, 2.0, 4.0], "weights of the draws' share against the slot heads to "
                                      "choose from (0: the heads alone)")
-    choose_frames: int = opt(3000, "held-out frames the choice reads (at most, evenly spaced)")
+    choose_frames: int = opt(3000, "held-out frames the choice reads (at most, evenly spaced; 0: no choice, the folder "
+                             "keeps its decoding — choose it on other frames with calibrate-keypoints)")
     slot_mixes: list[float] = opt([0.0, 0.5, 1.0, 2.0, 4.0], "weights of a readout's slot logits beside the slot heads' "
                                   "to choose from (keypoints.READOUT_SLOTS; 0: the heads alone)")
 
@@ -154,7 +155,7 @@ def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: DecodingGrid) -> 
     from robo_prm.perception.placed import candidates, choose, slot_log_probs
     from robo_prm.perception.slots import decode, encode
 
-    if not len(frames):
+    if not len(frames) or cfg.choose_frames <= 0:
         return {}
     idx = np.linspace(0, len(frames) - 1, min(cfg.choose_frames, len(frames))).astype(int)
     mix = choose_slot_mix(net, frames, idx, cfg.slot_mixes) if net.cfg.keypoint_readout else {}
@@ -231,20 +232,25 @@ def train_keypoints(cfg: KeypointTrainConfig, progress: bool = True, command: st
     steps, n_train = _fit(net, maps, lab, cfg, progress), len(maps)
     errors = point_errors(net, held_maps, held_lab) if len(held_maps) else {}
     del maps, held_maps
-    out = Path(cfg.out)
-    if out.resolve() != Path(bundle.folder).resolve():
-        shutil.copytree(bundle.folder, out, dirs_exist_ok=True)
-    manifest = dict(bundle.manifest or {})
-    manifest["keypoints"] = {**provenance(command or None), "config": asdict(cfg), "train_frames": n_train,
-                             "steps": steps, "seconds_frozen_trunk": round(prefix_s, 1),
-                             "seconds": round(time.perf_counter() - t0, 1), "heldout_error": errors}
-    extra = {k: v for k, v in _config(out).items() if k not in ("net", "hazard_threshold", "cached_texts")}
-    base = bundle.hazard_threshold.get("*", 0.5) if isinstance(bundle.hazard_threshold, dict) else bundle.hazard_threshold
-    goals = [load_task(t).spec.goal for t in net.cfg.tasks]
-    save_perception(out, net, bundle.text, manifest, base, cache_texts=goals)
-    _write_config(out, _config(out) | extra)  # per-hazard thresholds and other keys the folder had
+    out = save_trained(bundle, net, cfg.out, "keypoints", {
+        **provenance(command or None), "config": asdict(cfg), "train_frames": n_train, "steps": steps,
+        "seconds_frozen_trunk": round(prefix_s, 1), "seconds": round(time.perf_counter() - t0, 1), "heldout_error": errors})
     choice = choose_decoding(net, load_frames(cfg.data, list(net.cfg.views), heldout=True), cfg)
     write_decoding(out, choice | {"chosen_on": f"{cfg.data} (heldout frames)"} if choice else choice)
+    return out
+
+
+def save_trained(bundle, net: PerceptionNet, out, key: str, entry: dict) -> Path:
+    """Write `net` to `out` as a copy of its init folder (`bundle`): the folder's per-hazard thresholds, other config
+    keys and manifest kept, the manifest's `key` set to `entry`."""
+    out = Path(out)
+    if out.resolve() != Path(bundle.folder).resolve():
+        shutil.copytree(bundle.folder, out, dirs_exist_ok=True)
+    extra = {k: v for k, v in _config(out).items() if k not in ("net", "hazard_threshold", "cached_texts")}
+    base = bundle.hazard_threshold.get("*", 0.5) if isinstance(bundle.hazard_threshold, dict) else bundle.hazard_threshold
+    save_perception(out, net, bundle.text, dict(bundle.manifest or {}) | {key: entry}, base,
+                    cache_texts=[load_task(t).spec.goal for t in net.cfg.tasks])
+    _write_config(out, _config(out) | extra)
     return out
 
 

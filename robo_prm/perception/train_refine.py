@@ -9,7 +9,6 @@ captions' decoding (placed.py's noise and weight) is chosen again on them, since
 from __future__ import annotations
 
 import math
-import shutil
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -19,14 +18,13 @@ import torch
 import torch.nn.functional as F
 
 from robo_prm.config_flags import opt
-from robo_prm.envs.task import load_task
 from robo_prm.perception.backbone import to_tensor
 from robo_prm.perception.budget import BudgetedCycle, interrupted, shuffled_batches, train_loop
 from robo_prm.perception.dataset import load_frames
 from robo_prm.perception.model import PerceptionNet
 from robo_prm.perception.refine import crop_patches, slots
-from robo_prm.perception.train_keypoints import DecodingGrid, _config, _write_config, choose_decoding, labels, write_decoding
-from robo_prm.perception.weights import load_perception, save_perception
+from robo_prm.perception.train_keypoints import DecodingGrid, choose_decoding, labels, save_trained, write_decoding
+from robo_prm.perception.weights import load_perception
 from robo_prm.provenance import provenance
 
 
@@ -142,17 +140,10 @@ def train_refiner(cfg: RefineTrainConfig, progress: bool = True, command: str = 
     windows_s = time.perf_counter() - t0
     steps = _fit(net.refiner, train, cfg, progress)
     errors = pixel_errors(net.refiner, held)
-    out = Path(cfg.out)
-    if out.resolve() != Path(bundle.folder).resolve():
-        shutil.copytree(bundle.folder, out, dirs_exist_ok=True)
-    manifest = dict(bundle.manifest or {})
-    manifest["refine"] = {**provenance(command or None), "config": asdict(cfg), "windows": int(len(train["slot"])),
-                          "steps": steps, "seconds_windows": round(windows_s, 1),
-                          "seconds": round(time.perf_counter() - t0, 1), "heldout_error": errors}
-    extra = {k: v for k, v in _config(out).items() if k not in ("net", "hazard_threshold", "cached_texts")}
-    base = bundle.hazard_threshold.get("*", 0.5) if isinstance(bundle.hazard_threshold, dict) else bundle.hazard_threshold
-    save_perception(out, net, bundle.text, manifest, base, cache_texts=[load_task(t).spec.goal for t in net.cfg.tasks])
-    _write_config(out, _config(out) | extra)
-    choice = choose_decoding(net, load_frames(cfg.data, list(net.cfg.views), heldout=True), cfg)
-    write_decoding(out, choice | {"chosen_on": f"{cfg.data} (heldout frames)"} if choice else choice)
+    out = save_trained(bundle, net, cfg.out, "refine", {
+        **provenance(command or None), "config": asdict(cfg), "windows": int(len(train["slot"])), "steps": steps,
+        "seconds_windows": round(windows_s, 1), "seconds": round(time.perf_counter() - t0, 1), "heldout_error": errors})
+    if cfg.choose_frames > 0:  # 0: the folder keeps its decoding (calibrate-keypoints chooses one on other frames)
+        choice = choose_decoding(net, load_frames(cfg.data, list(net.cfg.views), heldout=True), cfg)
+        write_decoding(out, choice | {"chosen_on": f"{cfg.data} (heldout frames)"} if choice else choice)
     return out
