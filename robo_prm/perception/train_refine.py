@@ -4,7 +4,9 @@ Nothing else in the model changes: the keypoint head's coarse positions are comp
 frozen), a window of the frame is cut around each, and the refiner learns the offset to where the camera projects
 the simulator's position (labels from the frames' state vectors, as for the keypoint head). Frames are drawn from
 the training rounds of each `--data` folder; the held-out rounds measure the pixel error before and after, and the
-captions' decoding (placed.py's noise and weight) is chosen again on them, since finer positions want less noise.
+captions' decoding (placed.py's noise and weight) is chosen again on them, since finer positions want less noise
+(`--choose_frames 0`: not here — when those rounds are frames a benchmark scores, choose it on other frames with
+`calibrate-keypoints`).
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ class RefineTrainConfig(DecodingGrid):
                            "model)")
     out: str = opt("runs/perception_refine", "where the folder with the refiner goes")
     frames: int = opt(10000, "training frames drawn from each folder at most")
-    heldout_frames: int = opt(3000, "held-out frames of all folders together at most (errors and the decoding)")
+    heldout_frames: int = opt(3000, "held-out frames of all folders together at most, for the pixel errors in the manifest")
     epochs: float = opt(6.0, "passes over the (frame, view, point) windows")
     batch: int = opt(512, "windows per step")
     lr: float = opt(2e-3, "peak learning rate (AdamW, one-cycle)")
@@ -59,10 +61,13 @@ def windows(net: PerceptionNet, frames: np.ndarray, batch: int = 64) -> dict[str
     return {"uv": np.concatenate(uv), "patches": np.concatenate(patches)}
 
 
-def samples(net: PerceptionNet, folder: str, heldout: bool, n: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-    """Up to n frames of a folder's split → one row per (frame, view, point) the frame shows: window, coarse uv, slot,
-    and the offset to the true projection in pixels."""
+def samples(net: PerceptionNet, folder: str, heldout: bool, n: int, rng: np.random.Generator
+            ) -> dict[str, torch.Tensor] | None:
+    """Up to n frames of a folder's split → one row per (frame, view, point): window, coarse uv, slot, the offset to
+    the true projection in pixels, and whether the point is in the frame. None: the split has no frames."""
     frames = load_frames(folder, list(net.cfg.views), heldout=heldout)
+    if not len(frames):
+        return None
     frames = frames.subset(np.sort(rng.choice(len(frames), min(n, len(frames)), replace=False)))
     w = windows(net, frames.arrays["frames"])
     lab = labels(frames, list(net.cfg.views))
@@ -73,8 +78,9 @@ def samples(net: PerceptionNet, folder: str, heldout: bool, n: int, rng: np.rand
             "seen": lab["seen"].reshape(-1)}
 
 
-def _merged(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+def _merged(parts: list[dict[str, torch.Tensor] | None]) -> dict[str, torch.Tensor] | None:
+    parts = [p for p in parts if p is not None]
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]} if parts else None
 
 
 def _fit(refiner, rows: dict[str, torch.Tensor], cfg: RefineTrainConfig, progress: bool) -> int:
@@ -136,10 +142,12 @@ def train_refiner(cfg: RefineTrainConfig, progress: bool = True, command: str = 
     rng = np.random.default_rng(cfg.seed)
     folders = [f for f in cfg.data.split(",") if f]
     train = _merged([samples(net, f, False, cfg.frames, rng) for f in folders])
+    if train is None:
+        raise ValueError(f"--data {cfg.data}: no training frames")
     held = _merged([samples(net, f, True, max(1, cfg.heldout_frames // len(folders)), rng) for f in folders])
     windows_s = time.perf_counter() - t0
     steps = _fit(net.refiner, train, cfg, progress)
-    errors = pixel_errors(net.refiner, held)
+    errors = pixel_errors(net.refiner, held) if held is not None and held["seen"].any() else {}
     out = save_trained(bundle, net, cfg.out, "refine", {
         **provenance(command or None), "config": asdict(cfg), "windows": int(len(train["slot"])), "steps": steps,
         "seconds_windows": round(windows_s, 1), "seconds": round(time.perf_counter() - t0, 1), "heldout_error": errors})
