@@ -135,8 +135,6 @@ class KeypointHead(nn.Module):
         z = torch.cat([torch.cat([uv, peak], -1).flatten(2), h.mean((2, 3)).reshape(b, v, -1)], -1).flatten(1)
         out = {"uv": uv, "heat": heat.reshape(b, v, len(POINTS), -1)}
         rays = uv if refine is None else refine(uv)
-        if refine is not None:
-            out["uv_refined"] = rays
         if self.readout is None:
             cm = self.triangulate(rays)
         else:

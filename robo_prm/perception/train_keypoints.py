@@ -215,6 +215,9 @@ def train_keypoints(cfg: KeypointTrainConfig, progress: bool = True, command: st
     if bundle.net.cfg.keypoint_blocks:
         log.warning("%s already has a keypoint head: %s", bundle.folder,
                     "training on from it" if cfg.warm else "training a new one (--warm false)")
+    if bundle.net.refiner is not None:  # it learned the old head's errors: mostly still right, but not measured
+        log.warning("%s has a keypoint refiner, kept as trained on the old head's positions: run train-refiner again",
+                    bundle.folder)
     net = PerceptionNet(replace(bundle.net.cfg, keypoint_blocks=cfg.blocks, keypoint_width=cfg.width,
                                 keypoint_readout=cfg.readout), imagenet=False)
     kept = {k: v for k, v in bundle.net.state_dict().items() if not k.startswith("keypoints.")}
