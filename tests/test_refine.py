@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from robo_prm.perception.keypoints import POINTS
-from robo_prm.perception.refine import PatchRefiner, crop_patches, refine_uv, slots
+from robo_prm.perception.refine import PatchRefiner, crop_patches, output_pairs, refine_uv
 from robo_prm.perception.train_refine import RefineTrainConfig, _fit, pixel_errors
 
 
@@ -37,7 +37,7 @@ def test_windows_are_cut_around_each_point():
     assert patches[0, 0, 0, 0, 2, 2] == 255 and patches[0, 0, 0].sum() == 3 * 255  # the window's centre, nothing else
     assert patches[0, 0, 1, 0, 2, 0] == 255  # seen two pixels left of that point's centre
     assert patches[0, 1, 2, 0, 2, 2] == 255  # the other view's own pixel, at the frame's right edge (zeros beyond)
-    assert slots(2, 2, 3).tolist() == [0, 1, 2, 3, 4, 5] * 2
+    assert output_pairs(2, 2, 3).tolist() == [0, 1, 2, 3, 4, 5] * 2
 
 
 def test_an_untrained_refiner_moves_nothing():
@@ -67,7 +67,7 @@ def test_training_moves_points_to_where_the_pixels_are():
     coarse = truth + torch.tensor(rng.uniform(-3, 3, (n, 2)), dtype=torch.float32) * 2 / size
     refiner = PatchRefiner(views=1, points=1, width=8, patch=9)
     patches = crop_patches(tiles, coarse.reshape(n, 1, 1, 2), patch=9).reshape(n, 3, 9, 9)
-    rows_ = {"patches": patches.round().to(torch.uint8), "uv": coarse, "slot": slots(n, 1, 1),
+    rows_ = {"patches": patches.round().to(torch.uint8), "uv": coarse, "pair": output_pairs(n, 1, 1),
              "delta": (truth - coarse) * size / 2, "seen": torch.ones(n, dtype=torch.bool)}
     before = pixel_errors(refiner, rows_)
     _fit(refiner, rows_, RefineTrainConfig(epochs=150, batch=64, lr=3e-3), progress=False)

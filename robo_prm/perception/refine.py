@@ -27,7 +27,7 @@ def _block(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
 
 
 class PatchRefiner(nn.Module):
-    """(patches (N, 3, PATCH, PATCH) 0–255, coarse uv (N, 2), slot (N,) = view · points + point) → the point's
+    """(patches (N, 3, PATCH, PATCH) 0–255, coarse uv (N, 2), pair (N,) = view · points + point) → the point's
     offset from the patch centre in pixels (N, 2). One output pair per (view, point): each learns its own object's
     shape as that camera sees it."""
 
@@ -43,11 +43,11 @@ class PatchRefiner(nn.Module):
         g = torch.linspace(-1, 1, patch)
         self.register_buffer("coords", torch.stack(torch.meshgrid(g, g, indexing="xy"))[None], persistent=False)
 
-    def forward(self, patches: torch.Tensor, uv: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    def forward(self, patches: torch.Tensor, uv: torch.Tensor, pair: torch.Tensor) -> torch.Tensor:
         x = (patches.float() - 127.0) / 128.0
         h = self.conv(torch.cat([x, self.coords.expand(len(x), -1, -1, -1)], 1)).flatten(1)
         y = self.fc(torch.cat([h, uv.float()], 1)).reshape(len(x), -1, 2)
-        return y[torch.arange(len(x)), slot]
+        return y[torch.arange(len(x)), pair]
 
 
 def crop_patches(tiles: torch.Tensor, uv: torch.Tensor, patch: int = PATCH) -> torch.Tensor:
@@ -62,7 +62,7 @@ def crop_patches(tiles: torch.Tensor, uv: torch.Tensor, patch: int = PATCH) -> t
     return out.reshape(b, v, 3, p, patch, patch).transpose(2, 3)
 
 
-def slots(b: int, v: int, p: int) -> torch.Tensor:
+def output_pairs(b: int, v: int, p: int) -> torch.Tensor:
     """Each (frame, view, point)'s output pair in PatchRefiner, flattened in crop_patches' order."""
     return torch.arange(v * p).repeat(b)
 
@@ -71,5 +71,5 @@ def refine_uv(refiner: PatchRefiner, tiles: torch.Tensor, uv: torch.Tensor) -> t
     """Coarse image coordinates (B, V, P, 2) → refined ones, read from the tiles (B·V, 3, S, S) they came from."""
     b, v, p = uv.shape[:3]
     patches = crop_patches(tiles, uv, refiner.patch).reshape(b * v * p, 3, refiner.patch, refiner.patch)
-    delta = refiner(patches, uv.reshape(-1, 2), slots(b, v, p).to(uv.device))
+    delta = refiner(patches, uv.reshape(-1, 2), output_pairs(b, v, p).to(uv.device))
     return uv + delta.reshape(b, v, p, 2) * (2.0 / tiles.shape[-1])

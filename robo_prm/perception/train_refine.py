@@ -24,7 +24,7 @@ from robo_prm.perception.backbone import to_tensor
 from robo_prm.perception.budget import BudgetedCycle, interrupted, shuffled_batches, train_loop
 from robo_prm.perception.dataset import load_frames
 from robo_prm.perception.model import PerceptionNet
-from robo_prm.perception.refine import crop_patches, slots
+from robo_prm.perception.refine import crop_patches, output_pairs
 from robo_prm.perception.train_keypoints import DecodingGrid, choose_decoding, labels, save_trained, write_decoding
 from robo_prm.perception.weights import load_perception
 from robo_prm.provenance import provenance
@@ -63,7 +63,7 @@ def windows(net: PerceptionNet, frames: np.ndarray, batch: int = 64) -> dict[str
 
 def samples(net: PerceptionNet, folder: str, heldout: bool, n: int, rng: np.random.Generator
             ) -> dict[str, torch.Tensor] | None:
-    """Up to n frames of a folder's split → one row per (frame, view, point): window, coarse uv, slot, the offset to
+    """Up to n frames of a folder's split → one row per (frame, view, point): window, coarse uv, output pair, the offset to
     the true projection in pixels, and whether the point is in the frame. None: the split has no frames."""
     frames = load_frames(folder, list(net.cfg.views), heldout=heldout)
     if not len(frames):
@@ -73,7 +73,7 @@ def samples(net: PerceptionNet, folder: str, heldout: bool, n: int, rng: np.rand
     lab = labels(frames, list(net.cfg.views))
     b, v, p = w["uv"].shape[:3]
     return {"patches": torch.from_numpy(w["patches"].reshape(b * v * p, *w["patches"].shape[3:])),
-            "uv": torch.from_numpy(w["uv"].reshape(-1, 2)), "slot": slots(b, v, p),
+            "uv": torch.from_numpy(w["uv"].reshape(-1, 2)), "pair": output_pairs(b, v, p),
             "delta": (lab["uv"].reshape(-1, 2) - torch.from_numpy(w["uv"].reshape(-1, 2))) * (net.cfg.size / 2),
             "seen": lab["seen"].reshape(-1)}
 
@@ -87,7 +87,7 @@ def _fit(refiner, rows: dict[str, torch.Tensor], cfg: RefineTrainConfig, progres
     keep = rows["seen"] & (rows["delta"].abs() < cfg.window).all(-1)  # a point far outside its window: not learnable
     rows = {k: v[keep] for k, v in rows.items()}
     opt_ = torch.optim.AdamW(refiner.parameters(), lr=cfg.lr, weight_decay=1e-4)
-    steps = max(1, int(math.ceil(cfg.epochs * len(rows["slot"]) / cfg.batch)))
+    steps = max(1, int(math.ceil(cfg.epochs * len(rows["pair"]) / cfg.batch)))
     cycle = BudgetedCycle(opt_, cfg.lr, steps, 0.1, cfg.max_minutes)
     bar = None
     if progress:
@@ -96,8 +96,8 @@ def _fit(refiner, rows: dict[str, torch.Tensor], cfg: RefineTrainConfig, progres
         bar = tqdm(total=steps, desc="refiner", unit="step")
     refiner.train()
     try:
-        for _, i in zip(train_loop(cycle), shuffled_batches(len(rows["slot"]), cfg.batch, np.random.default_rng(cfg.seed))):
-            pred = refiner(rows["patches"][i], rows["uv"][i], rows["slot"][i])
+        for _, i in zip(train_loop(cycle), shuffled_batches(len(rows["pair"]), cfg.batch, np.random.default_rng(cfg.seed))):
+            pred = refiner(rows["patches"][i], rows["uv"][i], rows["pair"][i])
             loss = F.smooth_l1_loss(pred, rows["delta"][i], beta=0.25)  # pixels
             opt_.zero_grad()
             loss.backward()
@@ -116,7 +116,7 @@ def pixel_errors(refiner, rows: dict[str, torch.Tensor]) -> dict:
     in pixels (median, and the share over 1 px)."""
     seen = rows["seen"]
     with torch.no_grad():
-        pred = torch.cat([refiner(rows["patches"][s:s + 2048], rows["uv"][s:s + 2048], rows["slot"][s:s + 2048])
+        pred = torch.cat([refiner(rows["patches"][s:s + 2048], rows["uv"][s:s + 2048], rows["pair"][s:s + 2048])
                           for s in range(0, len(seen), 2048)])
     coarse = rows["delta"][seen].norm(dim=-1)
     fine = (rows["delta"] - pred)[seen].norm(dim=-1)
@@ -149,7 +149,7 @@ def train_refiner(cfg: RefineTrainConfig, progress: bool = True, command: str = 
     steps = _fit(net.refiner, train, cfg, progress)
     errors = pixel_errors(net.refiner, held) if held is not None and held["seen"].any() else {}
     out = save_trained(bundle, net, cfg.out, "refine", {
-        **provenance(command or None), "config": asdict(cfg), "windows": int(len(train["slot"])), "steps": steps,
+        **provenance(command or None), "config": asdict(cfg), "windows": int(len(train["pair"])), "steps": steps,
         "seconds_windows": round(windows_s, 1), "seconds": round(time.perf_counter() - t0, 1), "heldout_error": errors})
     if cfg.choose_frames > 0:  # 0: the folder keeps its decoding (calibrate-keypoints chooses one on other frames)
         choice = choose_decoding(net, load_frames(cfg.data, list(net.cfg.views), heldout=True), cfg)
