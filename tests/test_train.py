@@ -70,3 +70,19 @@ def test_null_reward_gamma_follows_the_learner():
     assert sync_gamma(TrainConfig(algo="ppo", ppo={"gamma": 0.9}, reward=RewardConfig(gamma=None))).reward.gamma == 0.9
     assert sync_gamma(TrainConfig(algo="sac", reward=RewardConfig(gamma=1.0))).reward.gamma == 1.0  # set: kept
     assert RewardConfig(gamma=None).shaping_gamma() == 0.99  # outside `train`: SB3's default discount
+
+
+def test_a_recording_starts_with_a_frame_of_the_views_it_records(make_env):
+    """EpisodeRecorder's first frame comes from render(), the others from info["frame"]: one size for both, also when
+    a pixel model reads two views side by side (before, `--describe.source pixels` failed at its first recording)."""
+    from robo_prm.train.envs import FrameCapture
+
+    env = FrameCapture(make_env("reach_tool", render_mode="rgb_array", width=32, height=32), ("front", "side"))
+    env.reset(seed=0)
+    env.set_capture(True)
+    first = env.render()
+    info = env.step(env.action_space.sample())[-1]
+    assert first.shape == info["frame"].shape == (32, 64, 3)
+    front = FrameCapture(make_env("reach_tool", render_mode="rgb_array", width=32, height=32))
+    front.reset(seed=0)
+    assert np.array_equal(front.render(), front.unwrapped.render())  # the front view alone: the env's own frame

@@ -31,6 +31,11 @@ class FrameCapture(gymnasium.Wrapper):
     def set_capture(self, on: bool):
         self.capture = bool(on)
 
+    def render(self):
+        """The same views as info["frame"]: a recording starts with this frame (EpisodeRecorder), and an episode's
+        frames must all have one size (a pixel model's views side by side are wider than the env's own render)."""
+        return self.env.unwrapped.render_views(self.views)
+
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self.capture:
