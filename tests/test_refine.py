@@ -1,5 +1,6 @@
-"""The keypoint refiner: windows cut where the points are, an untrained refiner moves nothing, training moves points
-to where the pixels say, and `train-refiner` adds it to a folder."""
+"""Heads on the keypoints' windows. The refiner: windows cut where the points are, an untrained refiner moves nothing,
+training moves points to where the pixels say. The window slot head: untrained it changes no slot, trained it reads a
+slot from the pixels. `train-refiner` and `train-window-slots` add them to a folder."""
 from __future__ import annotations
 
 import json
@@ -9,9 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from robo_prm.perception.keypoints import POINTS
+from robo_prm.perception.keypoints import POINTS, READOUT_SLOTS
 from robo_prm.perception.refine import PatchRefiner, crop_patches, output_pairs, refine_uv
-from robo_prm.perception.train_refine import RefineTrainConfig, _fit, pixel_errors
+from robo_prm.perception.train_refine import RefineTrainConfig, _fit, fit, pixel_errors
+from robo_prm.perception.train_window_slots import WindowSlotTrainConfig, accuracy, slot_loss
+from robo_prm.perception.window_slots import WindowSlotHead
 
 
 def _lit(size: int, rows, cols) -> torch.Tensor:
@@ -40,20 +43,44 @@ def test_windows_are_cut_around_each_point():
     assert output_pairs(2, 2, 3).tolist() == [0, 1, 2, 3, 4, 5] * 2
 
 
-def test_an_untrained_refiner_moves_nothing():
+def test_untrained_window_heads_change_nothing():
+    """A refiner moves no point, a window slot head changes no slot's class probabilities."""
     from robo_prm.perception.model import NetConfig, PerceptionNet
 
     cfg = NetConfig(size=32, views=["front", "side"], hidden=16, embed_dim=8, keypoint_blocks=3, keypoint_width=8,
                     keypoint_readout=True)
     torch.manual_seed(0)
     plain = PerceptionNet(cfg, imagenet=False).eval()
-    refined = PerceptionNet(replace(cfg, keypoint_refine=True), imagenet=False).eval()
+    refined = PerceptionNet(replace(cfg, keypoint_refine=True, window_slots=True), imagenet=False).eval()
     assert not refined.load_state_dict(plain.state_dict(), strict=False).unexpected_keys
     images = torch.rand(2, 3, 32, 64) * 255
     with torch.no_grad():
         a, b = plain(images), refined(images)
     assert torch.allclose(a["positions"], b["positions"])
-    assert refined.refiner is not None and plain.refiner is None
+    assert refined.refiner is not None and plain.refiner is None and plain.window_slots is None
+    for k in (f"slot/{name}" for name in READOUT_SLOTS):
+        assert torch.allclose(a[k].softmax(-1), b[k].softmax(-1), atol=1e-6)
+
+
+def test_the_window_slot_head_reads_a_slot_from_the_pixels():
+    """Gripper windows with a white pixel left of centre are 'open', right of it 'closed': the head learns it."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    n, patch = 256, 9
+    opened = rng.integers(0, 2, n)
+    windows = torch.zeros(n, 1, 2, 3, patch, patch, dtype=torch.uint8)  # one view, the gripper and one object
+    windows[np.arange(n), 0, 0, :, 4, np.where(opened == 1, 2, 6)] = 255
+    windows[:, 0, 1] = torch.randint(0, 256, (n, 3, patch, patch), dtype=torch.uint8)  # the object: noise
+    slots = torch.full((n, len(READOUT_SLOTS)), -1, dtype=torch.long)
+    slots[:, list(READOUT_SLOTS).index("gripper.opened")] = torch.from_numpy(opened)
+    rows = {"windows": windows, "slots": slots}
+    head = WindowSlotHead(views=1, points=2, width=8, feat=8, patch=patch)
+    before = accuracy(head, rows)
+    fit(head, n, lambda i: slot_loss(head(windows[i]), slots[i]), WindowSlotTrainConfig(epochs=30, batch=64), "test",
+        progress=False)
+    after = accuracy(head, rows)
+    assert set(after) == {"gripper.opened"} and after["gripper.opened"]["n"] == n
+    assert before["gripper.opened"]["accuracy"] < 0.65 < 0.95 < after["gripper.opened"]["accuracy"]
 
 
 def test_training_moves_points_to_where_the_pixels_are():
@@ -78,7 +105,7 @@ def test_training_moves_points_to_where_the_pixels_are():
     assert (moved - truth).norm(dim=-1).median() < 0.5 * (coarse - truth).norm(dim=-1).median()
 
 
-def test_train_refiner_cli_adds_a_refiner_and_keeps_the_rest(tiny_two_view_model, tmp_path):
+def test_train_refiner_and_window_slots_cli_add_heads_and_keep_the_rest(tiny_two_view_model, tmp_path):
     from robo_prm.cli import main
     from robo_prm.perception.dataset import CollectConfig, collect, load_frames
     from robo_prm.perception.weights import load_perception
@@ -106,3 +133,17 @@ def test_train_refiner_cli_adds_a_refiner_and_keeps_the_rest(tiny_two_view_model
     assert bundle.captioner(load_task("reach_tool"))(frames[0]).text.startswith("The gripper")
     with pytest.raises(SystemExit, match="no keypoint head"):
         main(["perception", "train-refiner", "--data", str(data), "--init", str(tiny_two_view_model), "--out", str(tmp_path / "x")])
+
+    both = tmp_path / "window_slots"
+    assert main(["perception", "train-window-slots", "--data", str(data), "--init", str(out), "--out", str(both),
+                 "--epochs", "1", "--batch", "4", "--frames", "12"]) == 0
+    manifest = json.loads((both / "manifest.json").read_text())
+    assert manifest["window_slots"]["frames"] > 0 and "gripper.held" in manifest["window_slots"]["heldout_accuracy"]
+    assert "refine" in manifest
+    bundle = load_perception(both)
+    assert bundle.net.window_slots is not None and bundle.net.refiner is not None
+    assert torch.equal(bundle.net.refiner.fc[-1].weight, load_perception(out).net.refiner.fc[-1].weight)
+    assert bundle.captioner(load_task("reach_tool"))(frames[0]).text.startswith("The gripper")
+    with pytest.raises(SystemExit, match="no keypoint head"):
+        main(["perception", "train-window-slots", "--data", str(data), "--init", str(tiny_two_view_model), "--out",
+              str(tmp_path / "y")])

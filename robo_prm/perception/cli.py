@@ -1,8 +1,8 @@
 """CLI wiring for `robo-prm perception collect | train-clip | train-captioner | train-keypoints | train-refiner |
-calibrate-hazards | calibrate-keypoints | caption | search | goal-sim`.
+train-window-slots | calibrate-hazards | calibrate-keypoints | caption | search | goal-sim`.
 
 Every flag is a field: `CollectConfig` (+ `--out`), `PerceptionTrainConfig`, `CalibrateArgs`, `CaptionArgs`, `SearchArgs`,
-`GoalSimArgs`, `KeypointTrainConfig`, `RefineTrainConfig`, `KeypointChoiceArgs`.
+`GoalSimArgs`, `KeypointTrainConfig`, `RefineTrainConfig`, `WindowSlotTrainConfig`, `KeypointChoiceArgs`.
 
     robo-prm perception collect --tasks reach_tool,tidy_table --frames 14000 --size 128 --out DIR
     robo-prm perception train-clip --data DIR --out CLIP_DIR [--epochs 8 --lr 2e-3 ...]
@@ -10,6 +10,7 @@ Every flag is a field: `CollectConfig` (+ `--out`), `PerceptionTrainConfig`, `Ca
     robo-prm perception train-coca --data DIR --out COCA_DIR                    # open_clip CoCa captioner
     robo-prm perception train-keypoints --data DIR --out DIR [--init DIR]       # add a keypoint head (positions)
     robo-prm perception train-refiner --data DIR --out DIR [--init DIR]         # sub-pixel keypoints from the frame's pixels
+    robo-prm perception train-window-slots --data DIR --out DIR [--init DIR]    # open / held / upright / moving from them
     robo-prm perception calibrate-keypoints --weights DIR --data FRAMES          # its caption decoding, chosen on frames
     robo-prm perception calibrate-hazards --weights DIR --data FRAMES            # per-hazard thresholds on unseen frames
     robo-prm perception caption --task tidy_table --seed 0 [--weights DIR]      # pixel vs state caption
@@ -139,6 +140,18 @@ def cmd_train_refiner(cfg) -> int:
     except ValueError as e:  # no keypoint head, weights that do not fit: one line
         raise SystemExit(f"train-refiner: {e}") from None
     print(json.dumps(json.loads((out / "manifest.json").read_text())["refine"]["heldout_error"], indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_train_window_slots(cfg) -> int:
+    from robo_prm.perception.train_window_slots import train_window_slots
+
+    try:
+        out = train_window_slots(cfg, command=_command())
+    except ValueError as e:  # no keypoint head, weights that do not fit: one line
+        raise SystemExit(f"train-window-slots: {e}") from None
+    print(json.dumps(json.loads((out / "manifest.json").read_text())["window_slots"]["heldout_accuracy"], indent=1))
     print(f"wrote {out}")
     return 0
 
@@ -289,6 +302,7 @@ def add_perception_commands(p) -> None:
     from robo_prm.perception.train_coca import CocaTrainConfig
     from robo_prm.perception.train_keypoints import KeypointTrainConfig
     from robo_prm.perception.train_refine import RefineTrainConfig
+    from robo_prm.perception.train_window_slots import WindowSlotTrainConfig
 
     ps = p.add_subparsers(dest="perception_command", required=True)
 
@@ -307,6 +321,8 @@ def add_perception_commands(p) -> None:
         "a keypoint head on a trained folder: where the gripper and objects are, for the distance words")
     add("train-refiner", RefineTrainConfig, cmd_train_refiner,
         "a refiner on a keypoint head: each point moved to sub-pixel precision by the frame's own pixels")
+    add("train-window-slots", WindowSlotTrainConfig, cmd_train_window_slots,
+        "a window slot head on a keypoint head: gripper open or holding, cup upright, moving, from the pixels at the points")
     add("calibrate-keypoints", KeypointChoiceArgs, cmd_calibrate_keypoints,
         "how captions weigh the keypoint head's positions against the slot heads, chosen on frames")
     add("caption", CaptionArgs, cmd_caption, "caption a rendered frame from pixels and compare with the state caption")

@@ -9,7 +9,8 @@ frame (one camera view, or several side by side: each through the trunk) → Tru
   * `state`: a coarse state vector, to check the predicates of tasks it was not trained on;
   * `positions` (models with a keypoint head): the gripper's and each object's 3D position, from heatmaps on an
     early, fine feature map of each view, triangulated (keypoints.py); a head with a readout adds its logits for the
-    slots read at the points (gripper open / holding, upright, moving) to the slot heads'.
+    slots read at the points (gripper open / holding, upright, moving) to the slot heads'; a window slot head
+    (window_slots.py) reads the same slots again from the frame's pixels around the points.
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from torch import nn
 
 from robo_prm.perception.backbone import BLOCK_CHANNELS, BLOCK_STRIDE, Neck, Trunk, split_views
 from robo_prm.perception.keypoints import POINTS, KeypointHead
-from robo_prm.perception.refine import PatchRefiner, refine_uv
+from robo_prm.perception.refine import PatchRefiner, crop_patches, refine_uv
 from robo_prm.perception.slots import STATE_DIM, slot_sizes
+from robo_prm.perception.window_slots import WindowSlotHead, add_window_slots
 
 
 @dataclass
@@ -44,6 +46,7 @@ class NetConfig:
     keypoint_readout: bool = False  # the head also reads visibility, height and READOUT_SLOTS at its points
     keypoint_slot_mix: float = 1.0  # READOUT_SLOTS' logits = the slot heads' + this × the readout's (0: heads alone)
     keypoint_refine: bool = False  # a PatchRefiner moves each keypoint by the frame's own pixels (refine.py)
+    window_slots: bool = False  # a WindowSlotHead reads the READOUT_SLOTS from those pixels too (window_slots.py)
     # how captions weigh the positions against the slot heads (placed.py); chosen by train-keypoints on held-out frames
     keypoint_sigma: float = 0.003
     keypoint_weight: float = 1.0
@@ -71,6 +74,7 @@ class PerceptionNet(nn.Module):
         self.keypoints = KeypointHead(BLOCK_CHANNELS[k - 1], -(-cfg.size // BLOCK_STRIDE[k - 1]), cfg.views,
                                       cfg.keypoint_width, cfg.keypoint_readout) if k else None
         self.refiner = PatchRefiner(len(cfg.views), len(POINTS)) if k and cfg.keypoint_refine else None
+        self.window_slots = WindowSlotHead(len(cfg.views), len(POINTS)) if k and cfg.window_slots else None
 
     def tiles(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, S, views·S) → (B·views, 3, S, S): what the trunk reads."""
@@ -94,6 +98,8 @@ class PerceptionNet(nn.Module):
         out["positions"] = points["positions"]
         for name in (k for k in points if k.startswith("slot/")):  # read where the points are, with the heads' view
             out[name] = out[name] + self.cfg.keypoint_slot_mix * points[name]
+        if self.window_slots is not None:  # windows at the heatmaps' own positions, as the head was trained on
+            add_window_slots(out, self.window_slots, crop_patches(tiles, points["uv"]))
         return out
 
     @staticmethod

@@ -31,20 +31,27 @@ from robo_prm.provenance import provenance
 
 
 @dataclass
-class RefineTrainConfig(DecodingGrid):
+class WindowTrainConfig:
+    """What a trainer of a head on the keypoints' windows (the refiner, the window slot head) reads and writes."""
+
     data: str = opt("data/perception", "folders written by `robo-prm perception collect` (comma-separated)")
-    init: str | None = opt(None, "the perception folder (with a keypoint head) to add the refiner to (null: the shipped "
+    init: str | None = opt(None, "the perception folder (with a keypoint head) to add the head to (null: the shipped "
                            "model)")
-    out: str = opt("runs/perception_refine", "where the folder with the refiner goes")
+    out: str = opt("runs/perception_windows", "where the folder with the new head goes")
     frames: int = opt(10000, "training frames drawn from each folder at most")
-    heldout_frames: int = opt(3000, "held-out frames of all folders together at most, for the pixel errors in the manifest")
-    epochs: float = opt(6.0, "passes over the (frame, view, point) windows")
+    heldout_frames: int = opt(3000, "held-out frames of all folders together at most, for the errors in the manifest")
+    epochs: float = opt(6.0, "passes over the training windows")
     batch: int = opt(512, "windows per step")
     lr: float = opt(2e-3, "peak learning rate (AdamW, one-cycle)")
-    window: float = opt(8.0, "pixels: a point further than this from its window's centre is left out of the loss")
     threads: int = opt(1, "torch threads")
     seed: int = opt(0, "seed of the frames drawn, the initialisation and the batches")
     max_minutes: float = opt(0.0, "minutes of training steps at most (perception/budget.py; 0: the planned steps)")
+
+
+@dataclass
+class RefineTrainConfig(DecodingGrid, WindowTrainConfig):
+    out: str = opt("runs/perception_refine", "where the folder with the refiner goes")
+    window: float = opt(8.0, "pixels: a point further than this from its window's centre is left out of the loss")
 
 
 def windows(net: PerceptionNet, frames: np.ndarray, batch: int = 64) -> dict[str, np.ndarray]:
@@ -78,27 +85,26 @@ def samples(net: PerceptionNet, folder: str, heldout: bool, n: int, rng: np.rand
             "seen": lab["seen"].reshape(-1)}
 
 
-def _merged(parts: list[dict[str, torch.Tensor] | None]) -> dict[str, torch.Tensor] | None:
+def merged(parts: list[dict[str, torch.Tensor] | None]) -> dict[str, torch.Tensor] | None:
     parts = [p for p in parts if p is not None]
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]} if parts else None
 
 
-def _fit(refiner, rows: dict[str, torch.Tensor], cfg: RefineTrainConfig, progress: bool) -> int:
-    keep = rows["seen"] & (rows["delta"].abs() < cfg.window).all(-1)  # a point far outside its window: not learnable
-    rows = {k: v[keep] for k, v in rows.items()}
-    opt_ = torch.optim.AdamW(refiner.parameters(), lr=cfg.lr, weight_decay=1e-4)
-    steps = max(1, int(math.ceil(cfg.epochs * len(rows["pair"]) / cfg.batch)))
+def fit(module: torch.nn.Module, rows: int, batch_loss, cfg: WindowTrainConfig, desc: str, progress: bool) -> int:
+    """Train `module` on `batch_loss(indices)` over `rows` rows: cfg.epochs passes, AdamW on a one-cycle schedule within
+    cfg.max_minutes (Ctrl-C stops early and keeps what was learned); the steps taken."""
+    opt_ = torch.optim.AdamW(module.parameters(), lr=cfg.lr, weight_decay=1e-4)
+    steps = max(1, int(math.ceil(cfg.epochs * rows / cfg.batch)))
     cycle = BudgetedCycle(opt_, cfg.lr, steps, 0.1, cfg.max_minutes)
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=steps, desc="refiner", unit="step")
-    refiner.train()
+        bar = tqdm(total=steps, desc=desc, unit="step")
+    module.train()
     try:
-        for _, i in zip(train_loop(cycle), shuffled_batches(len(rows["pair"]), cfg.batch, np.random.default_rng(cfg.seed))):
-            pred = refiner(rows["patches"][i], rows["uv"][i], rows["pair"][i])
-            loss = F.smooth_l1_loss(pred, rows["delta"][i], beta=0.25)  # pixels
+        for _, i in zip(train_loop(cycle), shuffled_batches(rows, cfg.batch, np.random.default_rng(cfg.seed))):
+            loss = batch_loss(i)
             opt_.zero_grad()
             loss.backward()
             opt_.step()
@@ -106,9 +112,20 @@ def _fit(refiner, rows: dict[str, torch.Tensor], cfg: RefineTrainConfig, progres
                 bar.update(1)
                 bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
     except KeyboardInterrupt:
-        interrupted(cycle, "train-refiner")
-    refiner.eval()
+        interrupted(cycle, desc)
+    module.eval()
     return cycle.taken
+
+
+def _fit(refiner, rows: dict[str, torch.Tensor], cfg: RefineTrainConfig, progress: bool) -> int:
+    keep = rows["seen"] & (rows["delta"].abs() < cfg.window).all(-1)  # a point far outside its window: not learnable
+    rows = {k: v[keep] for k, v in rows.items()}
+
+    def loss(i):
+        pred = refiner(rows["patches"][i], rows["uv"][i], rows["pair"][i])
+        return F.smooth_l1_loss(pred, rows["delta"][i], beta=0.25)  # pixels
+
+    return fit(refiner, len(rows["pair"]), loss, cfg, "train-refiner", progress)
 
 
 def pixel_errors(refiner, rows: dict[str, torch.Tensor]) -> dict:
@@ -141,10 +158,10 @@ def train_refiner(cfg: RefineTrainConfig, progress: bool = True, command: str = 
     t0 = time.perf_counter()
     rng = np.random.default_rng(cfg.seed)
     folders = [f for f in cfg.data.split(",") if f]
-    train = _merged([samples(net, f, False, cfg.frames, rng) for f in folders])
+    train = merged([samples(net, f, False, cfg.frames, rng) for f in folders])
     if train is None:
         raise ValueError(f"--data {cfg.data}: no training frames")
-    held = _merged([samples(net, f, True, max(1, cfg.heldout_frames // len(folders)), rng) for f in folders])
+    held = merged([samples(net, f, True, max(1, cfg.heldout_frames // len(folders)), rng) for f in folders])
     windows_s = time.perf_counter() - t0
     steps = _fit(net.refiner, train, cfg, progress)
     errors = pixel_errors(net.refiner, held) if held is not None and held["seen"].any() else {}

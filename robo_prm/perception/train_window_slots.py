@@ -1,0 +1,98 @@
+"""Add a window slot head (window_slots.py) to a perception folder with a keypoint head:
+`robo-prm perception train-window-slots`.
+
+Nothing else in the model changes: the keypoint head's coarse positions and the windows around them are computed
+once per frame (train_refine.windows), and the head learns the READOUT_SLOTS' classes from all of a frame's windows
+(cross-entropy per slot, slots that do not apply left out). Frames are drawn from the training rounds of each `--data`
+folder; on the held-out rounds the manifest records each slot's accuracy from the windows alone.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from robo_prm.config_flags import opt
+from robo_prm.perception.dataset import load_frames
+from robo_prm.perception.keypoints import READOUT_SLOTS
+from robo_prm.perception.model import PerceptionNet
+from robo_prm.perception.train_keypoints import labels, save_trained
+from robo_prm.perception.train_refine import WindowTrainConfig, fit, merged, windows
+from robo_prm.perception.weights import load_perception
+from robo_prm.provenance import provenance
+
+
+@dataclass
+class WindowSlotTrainConfig(WindowTrainConfig):
+    out: str = opt("runs/perception_window_slots", "where the folder with the window slot head goes")
+    batch: int = opt(256, "frames per step (each with all its windows)")
+
+
+def frame_windows(net: PerceptionNet, folder: str, heldout: bool, n: int, rng: np.random.Generator
+                  ) -> dict[str, torch.Tensor] | None:
+    """Up to n frames of a folder's split → each frame's windows (N, V, P, 3, S, S) uint8 and its READOUT_SLOTS'
+    classes (N, slots), -1 where a slot does not apply. None: the split has no frames."""
+    frames = load_frames(folder, list(net.cfg.views), heldout=heldout)
+    if not len(frames):
+        return None
+    frames = frames.subset(np.sort(rng.choice(len(frames), min(n, len(frames)), replace=False)))
+    return {"windows": torch.from_numpy(windows(net, frames.arrays["frames"])["patches"]),
+            "slots": labels(frames, list(net.cfg.views))["slots"]}
+
+
+def slot_loss(out: dict[str, torch.Tensor], slots: torch.Tensor) -> torch.Tensor:
+    """Σ over READOUT_SLOTS of the cross-entropy on the frames the slot applies to."""
+    total = torch.zeros(())
+    for j, name in enumerate(READOUT_SLOTS):
+        m = slots[:, j] >= 0
+        if m.any():
+            total = total + F.cross_entropy(out[f"slot/{name}"][m], slots[m, j])
+    return total
+
+
+def accuracy(head, rows: dict[str, torch.Tensor]) -> dict[str, dict]:
+    """Per slot, on the frames it applies to: the share the windows alone read right."""
+    with torch.no_grad():
+        parts = [head(rows["windows"][s:s + 256]) for s in range(0, len(rows["slots"]), 256)]
+    res = {}
+    for j, name in enumerate(READOUT_SLOTS):
+        guess, truth = torch.cat([p[f"slot/{name}"] for p in parts]).argmax(1), rows["slots"][:, j]
+        m = truth >= 0
+        if m.any():
+            res[name] = {"accuracy": round(float((guess[m] == truth[m]).float().mean()), 4), "n": int(m.sum())}
+    return res
+
+
+def train_window_slots(cfg: WindowSlotTrainConfig, progress: bool = True, command: str = "") -> Path:
+    """Write cfg.out: the init folder's model with a trained window slot head (its thresholds and manifest kept)."""
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    bundle = load_perception(cfg.init)
+    if bundle.net.keypoints is None:
+        raise ValueError(f"{bundle.folder}: no keypoint head to read windows at (add one: robo-prm perception "
+                         "train-keypoints)")
+    net = PerceptionNet(replace(bundle.net.cfg, window_slots=True), imagenet=False)
+    missing = [k for k in net.load_state_dict(bundle.net.state_dict(), strict=False).missing_keys
+               if not k.startswith("window_slots.")]
+    if missing:
+        raise ValueError(f"{bundle.folder}: weights lack {missing[:3]}")
+    net.eval()
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(cfg.seed)
+    folders = [f for f in cfg.data.split(",") if f]
+    train = merged([frame_windows(net, f, False, cfg.frames, rng) for f in folders])
+    if train is None:
+        raise ValueError(f"--data {cfg.data}: no training frames")
+    held = merged([frame_windows(net, f, True, max(1, cfg.heldout_frames // len(folders)), rng) for f in folders])
+    windows_s = time.perf_counter() - t0
+    head = net.window_slots
+    steps = fit(head, len(train["slots"]), lambda i: slot_loss(head(train["windows"][i]), train["slots"][i]), cfg,
+                "train-window-slots", progress)
+    return save_trained(bundle, net, cfg.out, "window_slots", {
+        **provenance(command or None), "config": asdict(cfg), "frames": int(len(train["slots"])), "steps": steps,
+        "seconds_windows": round(windows_s, 1), "seconds": round(time.perf_counter() - t0, 1),
+        "heldout_accuracy": accuracy(head, held) if held is not None else {}})
