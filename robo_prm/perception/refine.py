@@ -1,9 +1,9 @@
 """Sub-pixel keypoints: a small CNN reads the raw pixels around each heatmap keypoint and moves it.
 
 Why: the caption's distance words need the gripper and the objects placed to a few millimetres (keypoints.py), and
-the 3D error is all in the image coordinates — triangulated from the true ones the positions are exact to 0.1 mm,
-from the heatmaps' soft-argmax (a stride-4 map: a cell is 4 px, 2.5–3 cm of the table) they are 3–4 mm off in the
-median and more than 1 cm for 11–17 % of the objects both cameras see (docs/BENCHMARKS.md, session 32). The frame
+the 3D error is all in the image coordinates — triangulated from the true ones the positions are 0.4–0.6 mm off in
+the median, from the heatmaps' soft-argmax (a stride-4 map: a cell is 4 px, 2.5–3 cm of the table) 3–4 mm off, and
+more than 1 cm for 11–17 % of the objects both cameras see (docs/BENCHMARKS.md, session 32). The frame
 itself has four times the heatmap's resolution, so for each view and point a `patch`-pixel window of the frame is
 cut around the coarse position (bilinear, so the window sits on the sub-pixel estimate) and `PatchRefiner` says how
 far the point is from the window's centre, in pixels. Its last layer starts at zero: an untrained refiner moves
