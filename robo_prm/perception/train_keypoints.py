@@ -215,9 +215,10 @@ def train_keypoints(cfg: KeypointTrainConfig, progress: bool = True, command: st
     if bundle.net.cfg.keypoint_blocks:
         log.warning("%s already has a keypoint head: %s", bundle.folder,
                     "training on from it" if cfg.warm else "training a new one (--warm false)")
-    if bundle.net.refiner is not None:  # it learned the old head's errors: mostly still right, but not measured
-        log.warning("%s has a keypoint refiner, kept as trained on the old head's positions: run train-refiner again",
-                    bundle.folder)
+    for head, command in ((bundle.net.refiner, "train-refiner"), (bundle.net.window_slots, "train-window-slots")):
+        if head is not None:  # it learned on windows at the old head's positions: mostly still right, but not measured
+            log.warning("%s has a %s head, kept as trained on windows at the old head's positions: run %s again",
+                        bundle.folder, command.removeprefix("train-"), command)
     net = PerceptionNet(replace(bundle.net.cfg, keypoint_blocks=cfg.blocks, keypoint_width=cfg.width,
                                 keypoint_readout=cfg.readout), imagenet=False)
     kept = {k: v for k, v in bundle.net.state_dict().items() if not k.startswith("keypoints.")}
