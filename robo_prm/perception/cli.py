@@ -132,28 +132,27 @@ def cmd_train_keypoints(cfg) -> int:
     return 0
 
 
+def _train_head(train, cfg, command: str, manifest_key: str, report: str) -> int:
+    """Run a head's trainer; print its held-out figures (manifest[manifest_key][report]) and where it wrote."""
+    try:
+        out = train(cfg, command=_command())
+    except ValueError as e:  # no keypoint head, weights that do not fit: one line
+        raise SystemExit(f"{command}: {e}") from None
+    print(json.dumps(json.loads((out / "manifest.json").read_text())[manifest_key][report], indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_train_refiner(cfg) -> int:
     from robo_prm.perception.train_refine import train_refiner
 
-    try:
-        out = train_refiner(cfg, command=_command())
-    except ValueError as e:  # no keypoint head, weights that do not fit: one line
-        raise SystemExit(f"train-refiner: {e}") from None
-    print(json.dumps(json.loads((out / "manifest.json").read_text())["refine"]["heldout_error"], indent=1))
-    print(f"wrote {out}")
-    return 0
+    return _train_head(train_refiner, cfg, "train-refiner", "refine", "heldout_error")
 
 
 def cmd_train_window_slots(cfg) -> int:
     from robo_prm.perception.train_window_slots import train_window_slots
 
-    try:
-        out = train_window_slots(cfg, command=_command())
-    except ValueError as e:  # no keypoint head, weights that do not fit: one line
-        raise SystemExit(f"train-window-slots: {e}") from None
-    print(json.dumps(json.loads((out / "manifest.json").read_text())["window_slots"]["heldout_accuracy"], indent=1))
-    print(f"wrote {out}")
-    return 0
+    return _train_head(train_window_slots, cfg, "train-window-slots", "window_slots", "heldout_accuracy")
 
 
 def cmd_calibrate_keypoints(args: KeypointChoiceArgs) -> int:

@@ -142,32 +142,41 @@ def pixel_errors(refiner, rows: dict[str, torch.Tensor]) -> dict:
             "refined_over_1px": round(float((fine > 1).float().mean()), 4)}
 
 
-def train_refiner(cfg: RefineTrainConfig, progress: bool = True, command: str = "") -> Path:
-    """Write cfg.out: the init folder's model with a trained refiner (its thresholds and manifest kept)."""
+def prepared(cfg: WindowTrainConfig, flag: str, module: str, rows_of, what: str):
+    """Shared start of the window trainers: the init folder's model with a fresh head (NetConfig `flag` on: the
+    net's `module`, the only weights the folder may lack), and `rows_of(net, folder, heldout, n, rng)` over each
+    --data folder's training and held-out rounds → (bundle, net, train rows, held-out rows or None, seconds spent)."""
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     bundle = load_perception(cfg.init)
     if bundle.net.keypoints is None:
-        raise ValueError(f"{bundle.folder}: no keypoint head to refine (add one: robo-prm perception train-keypoints)")
-    net = PerceptionNet(replace(bundle.net.cfg, keypoint_refine=True), imagenet=False)
+        raise ValueError(f"{bundle.folder}: no keypoint head {what} (add one: robo-prm perception train-keypoints)")
+    net = PerceptionNet(replace(bundle.net.cfg, **{flag: True}), imagenet=False)
     missing = [k for k in net.load_state_dict(bundle.net.state_dict(), strict=False).missing_keys
-               if not k.startswith("refiner.")]
+               if not k.startswith(f"{module}.")]
     if missing:
         raise ValueError(f"{bundle.folder}: weights lack {missing[:3]}")
     net.eval()
     t0 = time.perf_counter()
     rng = np.random.default_rng(cfg.seed)
     folders = [f for f in cfg.data.split(",") if f]
-    train = merged([samples(net, f, False, cfg.frames, rng) for f in folders])
+    train = merged([rows_of(net, f, False, cfg.frames, rng) for f in folders])
     if train is None:
         raise ValueError(f"--data {cfg.data}: no training frames")
-    held = merged([samples(net, f, True, max(1, cfg.heldout_frames // len(folders)), rng) for f in folders])
-    windows_s = time.perf_counter() - t0
+    held = merged([rows_of(net, f, True, max(1, cfg.heldout_frames // len(folders)), rng) for f in folders])
+    return bundle, net, train, held, time.perf_counter() - t0
+
+
+def train_refiner(cfg: RefineTrainConfig, progress: bool = True, command: str = "") -> Path:
+    """Write cfg.out: the init folder's model with a trained refiner (its thresholds and manifest kept)."""
+    bundle, net, train, held, windows_s = prepared(cfg, "keypoint_refine", "refiner", samples, "to refine")
+    t0 = time.perf_counter()
     steps = _fit(net.refiner, train, cfg, progress)
     errors = pixel_errors(net.refiner, held) if held is not None and held["seen"].any() else {}
     out = save_trained(bundle, net, cfg.out, "refine", {
         **provenance(command or None), "config": asdict(cfg), "windows": int(len(train["pair"])), "steps": steps,
-        "seconds_windows": round(windows_s, 1), "seconds": round(time.perf_counter() - t0, 1), "heldout_error": errors})
+        "seconds_windows": round(windows_s, 1), "seconds": round(windows_s + time.perf_counter() - t0, 1),
+        "heldout_error": errors})
     if cfg.choose_frames > 0:  # 0: the folder keeps its decoding (calibrate-keypoints chooses one on other frames)
         choice = choose_decoding(net, load_frames(cfg.data, list(net.cfg.views), heldout=True), cfg)
         write_decoding(out, choice | {"chosen_on": f"{cfg.data} (heldout frames)"} if choice else choice)

@@ -9,7 +9,7 @@ folder; on the held-out rounds the manifest records each slot's accuracy from th
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +21,7 @@ from robo_prm.perception.dataset import load_frames
 from robo_prm.perception.keypoints import READOUT_SLOTS
 from robo_prm.perception.model import PerceptionNet
 from robo_prm.perception.train_keypoints import labels, save_trained
-from robo_prm.perception.train_refine import WindowTrainConfig, fit, merged, windows
-from robo_prm.perception.weights import load_perception
+from robo_prm.perception.train_refine import WindowTrainConfig, fit, prepared, windows
 from robo_prm.provenance import provenance
 
 
@@ -69,30 +68,13 @@ def accuracy(head, rows: dict[str, torch.Tensor]) -> dict[str, dict]:
 
 def train_window_slots(cfg: WindowSlotTrainConfig, progress: bool = True, command: str = "") -> Path:
     """Write cfg.out: the init folder's model with a trained window slot head (its thresholds and manifest kept)."""
-    torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    bundle = load_perception(cfg.init)
-    if bundle.net.keypoints is None:
-        raise ValueError(f"{bundle.folder}: no keypoint head to read windows at (add one: robo-prm perception "
-                         "train-keypoints)")
-    net = PerceptionNet(replace(bundle.net.cfg, window_slots=True), imagenet=False)
-    missing = [k for k in net.load_state_dict(bundle.net.state_dict(), strict=False).missing_keys
-               if not k.startswith("window_slots.")]
-    if missing:
-        raise ValueError(f"{bundle.folder}: weights lack {missing[:3]}")
-    net.eval()
+    bundle, net, train, held, windows_s = prepared(cfg, "window_slots", "window_slots", frame_windows,
+                                                   "to read windows at")
     t0 = time.perf_counter()
-    rng = np.random.default_rng(cfg.seed)
-    folders = [f for f in cfg.data.split(",") if f]
-    train = merged([frame_windows(net, f, False, cfg.frames, rng) for f in folders])
-    if train is None:
-        raise ValueError(f"--data {cfg.data}: no training frames")
-    held = merged([frame_windows(net, f, True, max(1, cfg.heldout_frames // len(folders)), rng) for f in folders])
-    windows_s = time.perf_counter() - t0
     head = net.window_slots
     steps = fit(head, len(train["slots"]), lambda i: slot_loss(head(train["windows"][i]), train["slots"][i]), cfg,
                 "train-window-slots", progress)
     return save_trained(bundle, net, cfg.out, "window_slots", {
         **provenance(command or None), "config": asdict(cfg), "frames": int(len(train["slots"])), "steps": steps,
-        "seconds_windows": round(windows_s, 1), "seconds": round(time.perf_counter() - t0, 1),
+        "seconds_windows": round(windows_s, 1), "seconds": round(windows_s + time.perf_counter() - t0, 1),
         "heldout_accuracy": accuracy(head, held) if held is not None else {}})
