@@ -56,7 +56,7 @@ class RefineTrainConfig(DecodingGrid, WindowTrainConfig):
 
 def windows(net: PerceptionNet, frames: np.ndarray, batch: int = 64) -> dict[str, np.ndarray]:
     """The keypoint head's coarse image coordinates (N, V, P, 2) and the frame's window around each (N, V, P, 3, S, S),
-    uint8 — what the refiner reads."""
+    uint8 — what the refiner and the window slot head read."""
     uv, patches = [], []
     with torch.no_grad():
         for s in range(0, len(frames), batch):
@@ -143,9 +143,10 @@ def pixel_errors(refiner, rows: dict[str, torch.Tensor]) -> dict:
 
 
 def prepared(cfg: WindowTrainConfig, flag: str, module: str, rows_of, what: str):
-    """Shared start of the window trainers: the init folder's model with a fresh head (NetConfig `flag` on: the
-    net's `module`, the only weights the folder may lack), and `rows_of(net, folder, heldout, n, rng)` over each
-    --data folder's training and held-out rounds → (bundle, net, train rows, held-out rows or None, seconds spent)."""
+    """Shared start of the window trainers: the init folder's model with the head (NetConfig `flag` on: the net's
+    `module`, the only weights the folder may lack — new, or the folder's own to train on), and
+    `rows_of(net, folder, heldout, n, rng)` over each --data folder's training and held-out rounds → (bundle, net,
+    train rows, held-out rows or None, seconds spent)."""
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     bundle = load_perception(cfg.init)
