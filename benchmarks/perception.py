@@ -322,7 +322,7 @@ def main(argv=None) -> int:
     net = bundle.net
     held = load_frames(args.data, views=net.cfg.views, heldout=True)  # a front-only model reads the front tile
     t0 = time.perf_counter()
-    out = predict(net, held.arrays["frames"])
+    out = predict(net, held.arrays["frames"], previous=held.arrays.get("prev_frames"))  # collected with --previous
     texts = slot_texts(out, held, net, bundle.hazard_threshold)
     result = {
         **provenance(None if argv is None else "python benchmarks/perception.py " + " ".join(argv)),

@@ -384,3 +384,43 @@ def test_moved_far_reads_more_than_30_cm(make_env):
     assert "It has moved more than 30 cm from where it stood." in d.text and "moved(glass cup) = far" in d.facts
     d = env.describer(u.place("cup0", (1.12, 0.72, 0.44)))  # exactly 2 cm: from here on it is said, in the 3 cm bucket
     assert "It has moved 3 cm from where it stood." in d.text
+
+
+class _Counting:
+    """A describer that reads motion: its 'frame' is the env step it was rendered at, so what it is given is known."""
+
+    needs_frame = True
+    reads_previous = True
+
+    def __init__(self):
+        self.env, self.seen, self.renders = None, [], 0
+
+    def render_frame(self, env):
+        self.renders += 1
+        return np.full((2, 2, 3), self.env._t, dtype=np.uint8)
+
+    def describe_step(self, state, status, frame, previous=None):
+        self.seen.append((int(frame[0, 0, 0]), None if previous is None else int(previous[0, 0, 0])))
+        from robo_prm.types import SceneDescription
+
+        return SceneDescription(text=str(len(self.seen)), facts=())
+
+
+@pytest.mark.parametrize("every", [1, 4])
+def test_a_motion_describer_gets_the_frame_of_the_step_before(every):
+    """Each planned description comes with the frame rendered one step before it; the reset has none; with every 4
+    one more frame is rendered per description, with every 1 none."""
+    import robo_prm
+    from robo_prm.describe import DescribeWrapper
+
+    describer = _Counting()
+    env = DescribeWrapper(robo_prm.make_env("reach_tool", render_mode="rgb_array", width=32, height=32), describer,
+                          every=every)
+    describer.env = env
+    env.reset(seed=0)
+    for _ in range(9):
+        env.step(env.action_space.sample())
+    env.close()
+    planned = [t for t in range(1, 10) if t == 1 or t % every == 0]
+    assert describer.seen == [(0, None)] + [(t, t - 1) for t in planned]
+    assert describer.renders == 1 + len(planned) + (0 if every == 1 else len([t for t in planned if t > 1]))

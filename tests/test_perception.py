@@ -5,6 +5,8 @@ Models here are tiny and built in-process (a 1-layer BERT text tower, 64-px fram
 no network. The shipped weights are checked only for loading and shapes."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +89,36 @@ def test_collect_writes_labelled_shards(tiny_data):
     keys = meta["predicate_keys"]
     reach = [i for i, k in enumerate(keys) if k.startswith("reach_tool:")]
     assert (a["preds"][a["task"] == 0][:, reach] >= 0).all() and (a["preds"][a["task"] == 1][:, reach] == -1).all()
+
+
+def test_collect_keeps_the_previous_frame_and_a_split_alone(tmp_path):
+    """--previous: each row also holds the frame one env step before (at stride 1, the row before's frame; an episode's
+    first row its own); --split heldout: exactly the held-out rows of the full collection, nothing else rendered."""
+    from robo_prm.perception.dataset import CollectConfig, collect, load_frames
+
+    cfg = CollectConfig(tasks=["reach_tool"], frames=16, size=32, views=["front", "side"], stride=1, heldout_every=2,
+                        max_steps=4, seed=3, scatter=0.0, previous=True)
+    collect(cfg, tmp_path / "full", progress=False)
+    full = load_frames(tmp_path / "full")
+    a = full.arrays
+    assert a["prev_frames"].shape == a["frames"].shape
+    for k in range(len(full)):
+        if a["step"][k] == 0:
+            assert np.array_equal(a["prev_frames"][k], a["frames"][k])
+        else:
+            assert a["episode"][k - 1] == a["episode"][k] and a["step"][k - 1] == a["step"][k] - 1
+            assert np.array_equal(a["prev_frames"][k], a["frames"][k - 1])
+    moved = [k for k in range(len(full)) if a["step"][k] > 0]
+    assert any(not np.array_equal(a["prev_frames"][k], a["frames"][k]) for k in moved)  # the arm moves between steps
+    assert np.array_equal(full.with_views(["side"]).arrays["prev_frames"], a["prev_frames"][:, :, 32:])
+
+    meta = collect(replace(cfg, split="heldout"), tmp_path / "held", progress=False)
+    held, want = load_frames(tmp_path / "held"), full.split(True)
+    assert meta["splits"] == {"train": 0, "heldout": len(want)} == {"train": 0, "heldout": meta["frames"]}
+    assert held.arrays.keys() == want.arrays.keys()
+    assert all(np.array_equal(held.arrays[k], want.arrays[k]) for k in want.arrays)
+    with pytest.raises(ValueError, match="split: 'test'"):
+        collect(replace(cfg, split="test"), tmp_path / "bad", progress=False)
 
 
 def test_load_frames_merges_folders(tiny_data, tmp_path):

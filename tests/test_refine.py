@@ -1,6 +1,7 @@
 """Heads on the keypoints' windows. The refiner: windows cut where the points are, an untrained refiner moves nothing,
 training moves points to where the pixels say. The window slot head: untrained it changes no slot, trained it reads a
-slot from the pixels. `train-refiner` and `train-window-slots` add them to a folder."""
+slot from the pixels, and a motion head reads `moving` from the previous frame. `train-refiner` and `train-window-slots`
+add them to a folder."""
 from __future__ import annotations
 
 import json
@@ -52,14 +53,19 @@ def test_untrained_window_heads_change_nothing():
     torch.manual_seed(0)
     plain = PerceptionNet(cfg, imagenet=False).eval()
     refined = PerceptionNet(replace(cfg, keypoint_refine=True, window_slots=True), imagenet=False).eval()
+    motion = PerceptionNet(replace(cfg, keypoint_refine=True, window_slots=True, window_motion=True), imagenet=False).eval()
     assert not refined.load_state_dict(plain.state_dict(), strict=False).unexpected_keys
-    images = torch.rand(2, 3, 32, 64) * 255
+    assert not motion.load_state_dict(plain.state_dict(), strict=False).unexpected_keys
+    images, previous = torch.rand(2, 3, 32, 64) * 255, torch.rand(2, 3, 32, 64) * 255
     with torch.no_grad():
         a, b = plain(images), refined(images)
+        c, d = motion(images, previous), motion(images)
     assert torch.allclose(a["positions"], b["positions"])
     assert refined.refiner is not None and plain.refiner is None and plain.window_slots is None
+    assert motion.reads_motion and not refined.reads_motion and not plain.reads_motion
     for k in (f"slot/{name}" for name in READOUT_SLOTS):
-        assert torch.allclose(a[k].softmax(-1), b[k].softmax(-1), atol=1e-6)
+        for out in (b, c, d):
+            assert torch.allclose(a[k].softmax(-1), out[k].softmax(-1), atol=1e-6)
 
 
 def test_the_window_slot_head_reads_a_slot_from_the_pixels():
@@ -81,6 +87,34 @@ def test_the_window_slot_head_reads_a_slot_from_the_pixels():
     after = accuracy(head, rows)
     assert set(after) == {"gripper.opened"} and after["gripper.opened"]["n"] == n
     assert before["gripper.opened"]["accuracy"] < 0.65 < 0.95 < after["gripper.opened"]["accuracy"]
+
+
+def test_a_motion_head_reads_moving_from_the_previous_frame():
+    """Object windows with a white pixel that the previous frame shows 2 px away ('moving') or in the same place: the
+    frame alone cannot tell them apart, the change can; without a previous frame the head reads the frame alone."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(1)
+    n, patch = 384, 9
+    moving = rng.integers(0, 2, n)
+    r, c = rng.integers(2, 7, n), rng.integers(2, 7, n)
+    windows = torch.zeros(n, 1, 1, 3, patch, patch, dtype=torch.uint8)  # one view, one point
+    previous = torch.zeros_like(windows)
+    windows[np.arange(n), 0, 0, :, r, c] = 255
+    previous[np.arange(n), 0, 0, :, r, np.where(moving == 1, c - 2, c)] = 255
+    slots = torch.full((n, len(READOUT_SLOTS)), -1, dtype=torch.long)
+    slots[:, list(READOUT_SLOTS).index("tool0.moving")] = torch.from_numpy(moving)
+    rows = {"windows": windows, "previous": previous, "slots": slots}
+    head = WindowSlotHead(views=1, points=1, width=8, feat=8, patch=patch, motion=True)
+    drop = torch.Generator().manual_seed(0)
+
+    def loss(i):
+        known = torch.rand(len(i), generator=drop) >= 0.2
+        return slot_loss(head(windows[i], previous[i], known), slots[i])
+
+    fit(head, n, loss, WindowSlotTrainConfig(epochs=40, batch=64), "test", progress=False)
+    seen, alone = accuracy(head, rows)["tool0.moving"], accuracy(head, rows, previous=False)["tool0.moving"]
+    assert seen["n"] == alone["n"] == n
+    assert alone["accuracy"] < 0.65 < 0.95 < seen["accuracy"]
 
 
 def test_training_moves_points_to_where_the_pixels_are():
@@ -147,3 +181,19 @@ def test_train_refiner_and_window_slots_cli_add_heads_and_keep_the_rest(tiny_two
     with pytest.raises(SystemExit, match="no keypoint head"):
         main(["perception", "train-window-slots", "--data", str(data), "--init", str(tiny_two_view_model), "--out",
               str(tmp_path / "y")])
+    with pytest.raises(SystemExit, match="no previous frames"):
+        main(["perception", "train-window-slots", "--data", str(data), "--init", str(out), "--out", str(tmp_path / "z"),
+              "--motion", "true"])
+
+    moving = tmp_path / "frames_previous"  # a motion head replaces the folder's window slot head
+    collect(CollectConfig(tasks=["reach_tool"], frames=24, size=48, views=["front", "side"], stride=2, heldout_every=3,
+                          max_steps=12, seed=9, previous=True), moving, progress=False)
+    motion = tmp_path / "motion"
+    assert main(["perception", "train-window-slots", "--data", str(moving), "--init", str(both), "--out", str(motion),
+                 "--epochs", "1", "--batch", "4", "--frames", "12", "--motion", "true"]) == 0
+    manifest = json.loads((motion / "manifest.json").read_text())["window_slots"]
+    assert manifest["config"]["motion"] and "tool0.moving" in manifest["heldout_accuracy_without_previous"]
+    bundle = load_perception(motion)
+    assert bundle.net.reads_motion and bundle.net.window_slots.conv[0][0].in_channels == 7
+    cap = bundle.captioner(load_task("reach_tool"))
+    assert cap.reads_previous and cap(frames[1], frames[0]).text.startswith("The gripper")

@@ -56,14 +56,20 @@ class PixelCaptioner:
         """The frame this model reads: its camera views of the env's scene, side by side."""
         return env.unwrapped.render_views(self.views)
 
+    @property
+    def reads_previous(self) -> bool:
+        """Whether the model also reads the previous env step's frame (a motion head: "It is moving fast.")."""
+        return self.net.reads_motion
+
     @torch.no_grad()
-    def outputs(self, frames) -> dict[str, np.ndarray]:
-        out = self.net(to_tensor(frames))
+    def outputs(self, frames, previous=None) -> dict[str, np.ndarray]:
+        """`previous`: each frame's previous env step's frame (read by a motion model; None: the frames alone)."""
+        out = self.net(to_tensor(frames), None if previous is None else to_tensor(previous))
         return {k: v.float().numpy() for k, v in out.items()}
 
-    def describe(self, frames) -> list[SceneDescription]:
+    def describe(self, frames, previous=None) -> list[SceneDescription]:
         """A batch of uint8 frames (B,S,S,3) → one SceneDescription each."""
-        out = self.outputs(frames)
+        out = self.outputs(frames, previous)
         return [self.from_outputs(out, i) for i in range(len(out["embed"]))]
 
     def check_frame(self, frame: np.ndarray | None) -> None:
@@ -73,12 +79,16 @@ class PixelCaptioner:
             raise ValueError(f"the perception model reads {width}×{self.size} frames ({'+'.join(self.views)} views of "
                              f"{self.size} px), got {got} (make the env with width=height={self.size}; render_frame(env))")
 
-    def describe_step(self, state, status, frame: np.ndarray | None) -> SceneDescription:
+    def describe_step(self, state, status, frame: np.ndarray | None, previous: np.ndarray | None = None
+                      ) -> SceneDescription:
         self.check_frame(frame)
-        return self(frame)
+        if previous is not None:
+            self.check_frame(previous)
+        return self(frame, previous)
 
-    def __call__(self, frame) -> SceneDescription:
-        return self.describe(np.asarray(frame)[None])[0]
+    def __call__(self, frame, previous=None) -> SceneDescription:
+        before = None if previous is None or not self.reads_previous else np.asarray(previous)[None]
+        return self.describe(np.asarray(frame)[None], before)[0]
 
     def from_outputs(self, out: dict[str, np.ndarray], i: int) -> SceneDescription:
         """The description of frame i of a batch of network outputs (`outputs()`)."""

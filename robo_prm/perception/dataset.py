@@ -45,6 +45,10 @@ class CollectConfig:
     max_steps: int = opt(240, "cap per episode (tidy_table's own limit is 300)")
     seed: int = opt(0, "seed of the first episode")
     shard_size: int = opt(2_000, "frames per npz shard")
+    split: str = opt("all", "keep only this split's frames (all, train, heldout); the episodes run as in a full "
+                     "collection, so `--split heldout` writes exactly the held-out frames of the same config")
+    previous: bool = opt(False, "also keep the frame one env step before each kept one (prev_frames; the first "
+                                "step's is its own), for reading motion (perception/motion.py)")
 
 
 def predicate_keys(tasks: list[str]) -> list[str]:
@@ -116,8 +120,9 @@ class _Rows:
     def __init__(self, cfg: CollectConfig, keys: list[str], shards: _Shards, progress: bool):
         self.cfg, self.keys, self.shards = cfg, keys, shards
         self.col = {k: i for i, k in enumerate(keys)}
-        self.n = 0
+        self.n = 0  # frames kept or, outside cfg.split, passed over
         self.counts = {"train": 0, "heldout": 0}
+        self.stored = 0
         self.by_policy = {p: 0 for p in POLICIES}
         self.bar = None
         if progress:
@@ -129,8 +134,18 @@ class _Rows:
     def full(self) -> bool:
         return self.n >= self.cfg.frames
 
-    def add(self, env, cap: StateCaptioner, ti: int, t: int, ep: dict):
-        """The env's current state (step t of episode `ep`: episode, seed, split, kind, scattered) as one row."""
+    def add(self, env, cap: StateCaptioner, ti: int, t: int, ep: dict, previous: np.ndarray | None = None):
+        """The env's current state (step t of episode `ep`: episode, seed, split, kind, scattered) as one row;
+        `previous`: the frame one step before (cfg.previous; None at the first step: this frame). A frame outside
+        cfg.split counts towards cfg.frames and is not stored."""
+        self.counts[ep["split"]] += 1
+        self.by_policy[ep["kind"]] += 1
+        self.n += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        if not self.wanted(ep):
+            return
+        self.stored += 1
         task = env.unwrapped.task
         s = env.unwrapped.scene_state
         status = task.status(s)
@@ -139,15 +154,15 @@ class _Rows:
         preds = np.full(len(self.keys), -1, dtype=np.int8)
         for k, v in task.predicate_values(s, status).items():
             preds[self.col[f"{task.name}:{k}"]] = int(bool(v))
-        self.shards.add(frames=env.unwrapped.render_views(tuple(self.cfg.views)), slots=labels.slots, state=labels.state, preds=preds,
+        frame = env.unwrapped.render_views(tuple(self.cfg.views))
+        extra = {"prev_frames": frame if previous is None else previous} if self.cfg.previous else {}
+        self.shards.add(frames=frame, **extra, slots=labels.slots, state=labels.state, preds=preds,
                         task=ti, rule_progress=np.float32(status.rule_progress), milestones=status.reached,
                         caption=d.text, episode=ep["episode"], seed=ep["seed"], step=t, heldout=ep["split"] == "heldout",
                         policy=POLICIES.index(ep["kind"]), scattered=ep["scattered"], success=status.success)
-        self.counts[ep["split"]] += 1
-        self.by_policy[ep["kind"]] += 1
-        self.n += 1
-        if self.bar is not None:
-            self.bar.update(1)
+
+    def wanted(self, ep: dict) -> bool:
+        return self.cfg.split in ("all", ep["split"])
 
     def close(self):
         if self.bar is not None:
@@ -178,9 +193,13 @@ def _episode(cfg: CollectConfig, episode: int, ti: int, env, cap: StateCaptioner
     offset = int(start.ep_rng.integers(cfg.stride))
     ep = {"episode": episode, "seed": seed, "split": split, "kind": start.kind, "scattered": start.scattered}
 
+    before = {}  # the frame one step before the next kept one (cfg.previous)
+
     def keep(step) -> bool:
         if (step.t - offset) % cfg.stride == 0:
-            rows.add(env, cap, ti, step.t, ep)
+            rows.add(env, cap, ti, step.t, ep, before.pop("frame", None))
+        if cfg.previous and (step.t + 1 - offset) % cfg.stride == 0 and rows.wanted(ep):
+            before["frame"] = env.unwrapped.render_views(tuple(cfg.views))
         return rows.full
 
     rollout(env, start.policy, seed, on_step=keep, max_steps=min(task.spec.max_steps, cfg.max_steps),
@@ -230,6 +249,8 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     tasks = [load_task(t) for t in cfg.tasks]
     envs = [TidyTableEnv(t, render_mode="rgb_array", width=cfg.size, height=cfg.size) for t in tasks]
     captioners = [StateCaptioner(t) for t in tasks]
+    if cfg.split not in ("all", "train", "heldout"):
+        raise ValueError(f"split: '{cfg.split}' is not one of all, train, heldout")
     rng = np.random.default_rng(cfg.seed)
     rows = _Rows(cfg, keys, _Shards(out, cfg.shard_size), progress)
     t0, episode = time.perf_counter(), 0
@@ -251,15 +272,18 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
         "state_dim": STATE_DIM,
         "size": cfg.size,
         "views": list(cfg.views),
-        "frames": rows.n,
+        "frames": rows.stored,
         "episodes": episode,
-        "splits": rows.counts,
+        "splits": {k: n if cfg.split in ("all", k) else 0 for k, n in rows.counts.items()},
         "policies": rows.by_policy,
         "shards": rows.shards.n_shards,
         "seconds": round(time.perf_counter() - t0, 1),
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     return meta
+
+
+FRAME_KEYS = {"frames", "prev_frames"}  # image arrays (prev_frames: collected with `previous`)
 
 
 @dataclass
@@ -288,8 +312,11 @@ class FrameSet:
         if missing:
             raise ValueError(f"the frames hold the {'+'.join(have)} views, not {', '.join(missing)}")
         s = self.meta["size"]
-        tiles = [self.arrays["frames"][:, :, have.index(v) * s:(have.index(v) + 1) * s] for v in views]
-        return FrameSet(self.meta | {"views": views}, self.arrays | {"frames": np.ascontiguousarray(np.concatenate(tiles, axis=2))})
+        cut = {}
+        for key in FRAME_KEYS & self.arrays.keys():
+            tiles = [self.arrays[key][:, :, have.index(v) * s:(have.index(v) + 1) * s] for v in views]
+            cut[key] = np.ascontiguousarray(np.concatenate(tiles, axis=2))
+        return FrameSet(self.meta | {"views": views}, self.arrays | cut)
 
 
 def _load_one(folder: Path, views: list[str] | None = None, heldout: bool | None = None) -> FrameSet:
@@ -332,8 +359,9 @@ def load_frames(folder: str | Path | list, views: list[str] | None = None, heldo
         raise ValueError(f"{folder}: the folders share episode seeds (collect them with different --seed)")
     arrays: dict[str, list] = {}
     offset = 0
+    shared = set.intersection(*(set(fs.arrays) for fs in sets))  # prev_frames only where every folder has them
     for fs in sets:
-        for k, v in fs.arrays.items():
+        for k, v in ((k, v) for k, v in fs.arrays.items() if k in shared):
             arrays.setdefault(k, []).append(v + offset if k == "episode" else v)
         offset += int(fs.meta["episodes"])
     meta = {k: first.get(k) for k in _SAME}

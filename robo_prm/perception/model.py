@@ -47,6 +47,7 @@ class NetConfig:
     keypoint_slot_mix: float = 1.0  # READOUT_SLOTS' logits = the slot heads' + this × the readout's (0: heads alone)
     keypoint_refine: bool = False  # a PatchRefiner moves each keypoint by the frame's own pixels (refine.py)
     window_slots: bool = False  # a WindowSlotHead reads the READOUT_SLOTS from those pixels too (window_slots.py)
+    window_motion: bool = False  # … and the previous env step's frame at the same places (forward's `previous`)
     # how captions weigh the positions against the slot heads (placed.py); chosen by train-keypoints on held-out frames
     keypoint_sigma: float = 0.003
     keypoint_weight: float = 1.0
@@ -74,7 +75,8 @@ class PerceptionNet(nn.Module):
         self.keypoints = KeypointHead(BLOCK_CHANNELS[k - 1], -(-cfg.size // BLOCK_STRIDE[k - 1]), cfg.views,
                                       cfg.keypoint_width, cfg.keypoint_readout) if k else None
         self.refiner = PatchRefiner(len(cfg.views), len(POINTS)) if k and cfg.keypoint_refine else None
-        self.window_slots = WindowSlotHead(len(cfg.views), len(POINTS)) if k and cfg.window_slots else None
+        self.window_slots = WindowSlotHead(len(cfg.views), len(POINTS), motion=cfg.window_motion) \
+            if k and cfg.window_slots else None
 
     def tiles(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, S, views·S) → (B·views, 3, S, S): what the trunk reads."""
@@ -87,7 +89,14 @@ class PerceptionNet(nn.Module):
         e = self.embed(self.features(images))
         return F.normalize(e, dim=-1) if normalize else e
 
-    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+    @property
+    def reads_motion(self) -> bool:
+        """Whether forward reads a `previous` frame (a window slot head with motion)."""
+        return self.window_slots is not None and self.window_slots.motion
+
+    def forward(self, images: torch.Tensor, previous: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """`previous`: each frame's previous env step (same shape as images), read by a motion head, ignored
+        otherwise; None: the frames alone."""
         if self.keypoints is None:
             return self.heads(self.features(images))
         tiles = self.tiles(images)
@@ -99,7 +108,9 @@ class PerceptionNet(nn.Module):
         for name in (k for k in points if k.startswith("slot/")):  # read where the points are, with the heads' view
             out[name] = out[name] + self.cfg.keypoint_slot_mix * points[name]
         if self.window_slots is not None:  # windows at the heatmaps' own positions, as the head was trained on
-            add_window_slots(out, self.window_slots, crop_patches(tiles, points["uv"]))
+            before = crop_patches(self.tiles(previous), points["uv"]) if previous is not None and self.reads_motion \
+                else None
+            add_window_slots(out, self.window_slots, crop_patches(tiles, points["uv"]), before)
         return out
 
     @staticmethod

@@ -286,11 +286,15 @@ def choose_hazard_threshold(net: PerceptionNet, frames: FrameSet, rng: np.random
 
 
 @torch.no_grad()
-def predict(net: PerceptionNet, frames: np.ndarray, batch: int = 256) -> dict[str, np.ndarray]:
+def predict(net: PerceptionNet, frames: np.ndarray, batch: int = 256, previous: np.ndarray | None = None
+            ) -> dict[str, np.ndarray]:
+    """Every head's output on uint8 frames; `previous`: each frame's previous env step's frame (a collection's
+    prev_frames), read by a model with a motion head."""
     net.eval()
     parts: dict[str, list] = {}
     for i in range(0, len(frames), batch):
-        for k, v in net(to_tensor(frames[i:i + batch])).items():
+        before = None if previous is None else to_tensor(previous[i:i + batch])
+        for k, v in net(to_tensor(frames[i:i + batch]), before).items():
             parts.setdefault(k, []).append(v.float().numpy())
     return {k: np.concatenate(v) for k, v in parts.items()}
 

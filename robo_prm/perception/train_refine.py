@@ -54,18 +54,24 @@ class RefineTrainConfig(DecodingGrid, WindowTrainConfig):
     window: float = opt(8.0, "pixels: a point further than this from its window's centre is left out of the loss")
 
 
-def windows(net: PerceptionNet, frames: np.ndarray, batch: int = 64) -> dict[str, np.ndarray]:
+def windows(net: PerceptionNet, frames: np.ndarray, batch: int = 64, previous: np.ndarray | None = None
+            ) -> dict[str, np.ndarray]:
     """The keypoint head's coarse image coordinates (N, V, P, 2) and the frame's window around each (N, V, P, 3, S, S),
-    uint8 — what the refiner and the window slot head read."""
-    uv, patches = [], []
+    uint8 — what the refiner and the window slot head read; with `previous` frames also their windows at the same
+    places ("previous_patches", what a motion head reads)."""
+    out: dict[str, list] = {"uv": [], "patches": []}
+    as_uint8 = lambda t: t.round().clamp(0, 255).to(torch.uint8).numpy()  # noqa: E731
     with torch.no_grad():
         for s in range(0, len(frames), batch):
             tiles = net.tiles(to_tensor(frames[s:s + batch]))
             early = net.trunk.prefix(tiles, net.cfg.keypoint_blocks)
             coarse = net.keypoints(net.per_frame(early, len(tiles) // len(net.cfg.views)))["uv"]
-            uv.append(coarse.numpy())
-            patches.append(crop_patches(tiles, coarse).round().clamp(0, 255).to(torch.uint8).numpy())
-    return {"uv": np.concatenate(uv), "patches": np.concatenate(patches)}
+            out["uv"].append(coarse.numpy())
+            out["patches"].append(as_uint8(crop_patches(tiles, coarse)))
+            if previous is not None:
+                before = net.tiles(to_tensor(previous[s:s + batch]))
+                out.setdefault("previous_patches", []).append(as_uint8(crop_patches(before, coarse)))
+    return {k: np.concatenate(v) for k, v in out.items()}
 
 
 def samples(net: PerceptionNet, folder: str, heldout: bool, n: int, rng: np.random.Generator
@@ -142,9 +148,9 @@ def pixel_errors(refiner, rows: dict[str, torch.Tensor]) -> dict:
             "refined_over_1px": round(float((fine > 1).float().mean()), 4)}
 
 
-def prepared(cfg: WindowTrainConfig, flag: str, module: str, rows_of, what: str):
-    """Shared start of the window trainers: the init folder's model with the head (NetConfig `flag` on: the net's
-    `module`, the only weights the folder may lack — new, or the folder's own to train on), and
+def prepared(cfg: WindowTrainConfig, flags: dict, module: str, rows_of, what: str):
+    """Shared start of the window trainers: the init folder's model with the head (NetConfig `flags` set: the net's
+    `module`, the only weights the folder may lack — new, or the folder's own to train on where their shapes fit), and
     `rows_of(net, folder, heldout, n, rng)` over each --data folder's training and held-out rounds → (bundle, net,
     train rows, held-out rows or None, seconds spent)."""
     torch.set_num_threads(cfg.threads)
@@ -152,9 +158,11 @@ def prepared(cfg: WindowTrainConfig, flag: str, module: str, rows_of, what: str)
     bundle = load_perception(cfg.init)
     if bundle.net.keypoints is None:
         raise ValueError(f"{bundle.folder}: no keypoint head {what} (add one: robo-prm perception train-keypoints)")
-    net = PerceptionNet(replace(bundle.net.cfg, **{flag: True}), imagenet=False)
-    missing = [k for k in net.load_state_dict(bundle.net.state_dict(), strict=False).missing_keys
-               if not k.startswith(f"{module}.")]
+    net = PerceptionNet(replace(bundle.net.cfg, **flags), imagenet=False)
+    mine = net.state_dict()
+    state = {k: v for k, v in bundle.net.state_dict().items()  # a head of another shape: trained afresh
+             if not (k.startswith(f"{module}.") and (k not in mine or mine[k].shape != v.shape))}
+    missing = [k for k in net.load_state_dict(state, strict=False).missing_keys if not k.startswith(f"{module}.")]
     if missing:
         raise ValueError(f"{bundle.folder}: weights lack {missing[:3]}")
     net.eval()
@@ -170,7 +178,7 @@ def prepared(cfg: WindowTrainConfig, flag: str, module: str, rows_of, what: str)
 
 def train_refiner(cfg: RefineTrainConfig, progress: bool = True, command: str = "") -> Path:
     """Write cfg.out: the init folder's model with a trained refiner (its thresholds and manifest kept)."""
-    bundle, net, train, held, windows_s = prepared(cfg, "keypoint_refine", "refiner", samples, "to refine")
+    bundle, net, train, held, windows_s = prepared(cfg, {"keypoint_refine": True}, "refiner", samples, "to refine")
     t0 = time.perf_counter()
     steps = _fit(net.refiner, train, cfg, progress)
     errors = pixel_errors(net.refiner, held) if held is not None and held["seen"].any() else {}

@@ -36,7 +36,12 @@ def add_pixel_captions(ep: Episode, weights: str | None = None, task: str | None
                            f"{','.join(captioner.views)})")
     frames = np.stack([cv2.resize(f, (views * size, size), interpolation=cv2.INTER_AREA) if f.shape[:2] != (size, views * size)
                        else f for f in ep.frames])
-    texts = [d.text for i in range(0, len(frames), batch) for d in captioner.describe(frames[i:i + batch])]
+    if getattr(captioner, "reads_previous", False):  # a motion model: each frame with the one before (the reset frame's
+        before = np.concatenate([frames[:1], frames[:-1]])  # is its own: nothing has moved yet)
+        describe = lambda i: captioner.describe(frames[i:i + batch], before[i:i + batch])  # noqa: E731
+    else:
+        describe = lambda i: captioner.describe(frames[i:i + batch])  # noqa: E731
+    texts = [d.text for i in range(0, len(frames), batch) for d in describe(i)]
     return dataclasses.replace(ep, pixel_captions=texts)
 
 
