@@ -103,7 +103,7 @@ def test_a_motion_head_reads_moving_from_the_previous_frame():
     previous[np.arange(n), 0, 0, :, r, np.where(moving == 1, c - 2, c)] = 255
     slots = torch.full((n, len(READOUT_SLOTS)), -1, dtype=torch.long)
     slots[:, list(READOUT_SLOTS).index("tool0.moving")] = torch.from_numpy(moving)
-    rows = {"windows": windows, "previous": previous, "slots": slots}
+    rows = {"windows": windows, "previous": previous, "known": torch.ones(n, dtype=torch.bool), "slots": slots}
     head = WindowSlotHead(views=1, points=1, width=8, feat=8, patch=patch, motion=True)
     drop = torch.Generator().manual_seed(0)
 
@@ -185,11 +185,12 @@ def test_train_refiner_and_window_slots_cli_add_heads_and_keep_the_rest(tiny_two
         main(["perception", "train-window-slots", "--data", str(data), "--init", str(out), "--out", str(tmp_path / "z"),
               "--motion", "true"])
 
-    moving = tmp_path / "frames_previous"  # a motion head replaces the folder's window slot head
+    moving = tmp_path / "frames_previous"  # a motion head replaces the folder's window slot head; a folder without
+    # previous frames adds frames read alone
     collect(CollectConfig(tasks=["reach_tool"], frames=24, size=48, views=["front", "side"], stride=2, heldout_every=3,
                           max_steps=12, seed=9, previous=True), moving, progress=False)
     motion = tmp_path / "motion"
-    assert main(["perception", "train-window-slots", "--data", str(moving), "--init", str(both), "--out", str(motion),
+    assert main(["perception", "train-window-slots", "--data", f"{moving},{data}", "--init", str(both), "--out", str(motion),
                  "--epochs", "1", "--batch", "4", "--frames", "12", "--motion", "true"]) == 0
     manifest = json.loads((motion / "manifest.json").read_text())["window_slots"]
     assert manifest["config"]["motion"] and "tool0.moving" in manifest["heldout_accuracy_without_previous"]

@@ -8,7 +8,8 @@ folder; on the held-out rounds the manifest records each slot's accuracy from th
 
 `--motion true`: the head also reads the previous env step's frame at the same windows (folders collected with
 `--previous true`); a share of the frames (`--drop_previous`) is shown without one, so that the head still reads a
-frame that has none (an episode's first, or a step the describer did not plan for).
+frame that has none (an episode's first, or a step the describer did not plan for), and so are all the frames of
+folders collected without them.
 """
 from __future__ import annotations
 
@@ -45,12 +46,14 @@ def frame_windows(net: PerceptionNet, folder: str, heldout: bool, n: int, rng: n
     frames = load_frames(folder, list(net.cfg.views), heldout=heldout)
     if not len(frames):
         return None
-    if net.reads_motion and "prev_frames" not in frames.arrays:
-        raise ValueError(f"--data {folder}: no previous frames to learn motion from (collect with --previous true)")
     frames = frames.subset(np.sort(rng.choice(len(frames), min(n, len(frames)), replace=False)))
     w = windows(net, frames.arrays["frames"], previous=frames.arrays.get("prev_frames") if net.reads_motion else None)
     rows = {"windows": torch.from_numpy(w["patches"]), "slots": labels(frames, list(net.cfg.views))["slots"]}
-    return rows | ({"previous": torch.from_numpy(w["previous_patches"])} if "previous_patches" in w else {})
+    if not net.reads_motion:
+        return rows
+    known = "previous_patches" in w  # a folder without previous frames: its windows stand in, never read
+    return rows | {"previous": torch.from_numpy(w["previous_patches"] if known else w["patches"]),
+                   "known": torch.full((len(rows["slots"]),), known)}
 
 
 def slot_loss(out: dict[str, torch.Tensor], slots: torch.Tensor) -> torch.Tensor:
@@ -67,9 +70,10 @@ def accuracy(head, rows: dict[str, torch.Tensor], previous: bool = True) -> dict
     """Per slot, on the frames it applies to: the share the windows alone read right (a motion head: with the
     previous frames if `previous`, else without)."""
     before = rows.get("previous") if previous else None
+    known = rows.get("known", torch.ones(len(rows["slots"]), dtype=torch.bool))
     with torch.no_grad():
-        parts = [head(rows["windows"][s:s + 256], None if before is None else before[s:s + 256])
-                 for s in range(0, len(rows["slots"]), 256)]
+        parts = [head(rows["windows"][s:s + 256], None if before is None else before[s:s + 256],
+                      None if before is None else known[s:s + 256]) for s in range(0, len(rows["slots"]), 256)]
     res = {}
     for j, name in enumerate(READOUT_SLOTS):
         guess, truth = torch.cat([p[f"slot/{name}"] for p in parts]).argmax(1), rows["slots"][:, j]
@@ -85,12 +89,14 @@ def train_window_slots(cfg: WindowSlotTrainConfig, progress: bool = True, comman
                                                    "window_slots", frame_windows, "to read windows at")
     t0 = time.perf_counter()
     head = net.window_slots
+    if cfg.motion and not train["known"].any():
+        raise ValueError(f"--data {cfg.data}: no previous frames to learn motion from (collect with --previous true)")
     drop = torch.Generator().manual_seed(cfg.seed)
 
     def loss(i):
         if not cfg.motion:
             return slot_loss(head(train["windows"][i]), train["slots"][i])
-        known = torch.rand(len(i), generator=drop) >= cfg.drop_previous
+        known = train["known"][i] & (torch.rand(len(i), generator=drop) >= cfg.drop_previous)
         return slot_loss(head(train["windows"][i], train["previous"][i], known), train["slots"][i])
 
     steps = fit(head, len(train["slots"]), loss, cfg, "train-window-slots", progress)
