@@ -48,7 +48,7 @@ class CollectConfig:
     split: str = opt("all", "keep only this split's frames (all, train, heldout); the episodes run as in a full "
                      "collection, so `--split heldout` writes exactly the held-out frames of the same config")
     previous: bool = opt(False, "also keep the frame one env step before each kept one (prev_frames; the first "
-                                "step's is its own), for reading motion (perception/motion.py)")
+                                "step's is its own), for a window slot head that reads motion (window_slots.py)")
 
 
 def predicate_keys(tasks: list[str]) -> list[str]:
@@ -241,6 +241,8 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     """Write frames + labels to `out`; returns the meta dict (also written to out/meta.json)."""
     from robo_prm.envs.tidy_env import TidyTableEnv
 
+    if cfg.split not in ("all", "train", "heldout"):  # before anything in `out` is touched
+        raise ValueError(f"split: '{cfg.split}' is not one of all, train, heldout")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("shard_*.npz"):
@@ -249,8 +251,6 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool = True) -> dict:
     tasks = [load_task(t) for t in cfg.tasks]
     envs = [TidyTableEnv(t, render_mode="rgb_array", width=cfg.size, height=cfg.size) for t in tasks]
     captioners = [StateCaptioner(t) for t in tasks]
-    if cfg.split not in ("all", "train", "heldout"):
-        raise ValueError(f"split: '{cfg.split}' is not one of all, train, heldout")
     rng = np.random.default_rng(cfg.seed)
     rows = _Rows(cfg, keys, _Shards(out, cfg.shard_size), progress)
     t0, episode = time.perf_counter(), 0

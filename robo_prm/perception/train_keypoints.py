@@ -149,10 +149,10 @@ def _fit(net: PerceptionNet, maps: torch.Tensor, lab: dict, cfg: KeypointTrainCo
     return cycle.taken
 
 
-def frame_inputs(frames: FrameSet, idx: np.ndarray) -> tuple[np.ndarray, int, np.ndarray | None]:
-    """predict()'s arguments for frames[idx]: the frames, the batch, and their previous frames where collected."""
+def frame_inputs(frames: FrameSet, idx: np.ndarray) -> dict[str, np.ndarray | None]:
+    """predict()'s frames and previous frames (where collected) for frames[idx]."""
     before = frames.arrays.get("prev_frames")
-    return frames.arrays["frames"][idx], 256, None if before is None else before[idx]
+    return {"frames": frames.arrays["frames"][idx], "previous": None if before is None else before[idx]}
 
 
 def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: DecodingGrid) -> dict:
@@ -165,7 +165,7 @@ def choose_decoding(net: PerceptionNet, frames: FrameSet, cfg: DecodingGrid) -> 
         return {}
     idx = np.linspace(0, len(frames) - 1, min(cfg.choose_frames, len(frames))).astype(int)
     mix = choose_slot_mix(net, frames, idx, cfg.slot_mixes) if net.cfg.keypoint_readout else {}
-    out = predict(net, *frame_inputs(frames, idx))
+    out = predict(net, **frame_inputs(frames, idx))
     tasks = [load_task(t) for t in frames.meta["tasks"]]
     names = [k for k in frames.meta["slot_names"] if f"slot/{k}" in out]
     truth = frames.arrays["slots"][idx][:, [frames.meta["slot_names"].index(k) for k in names]]
@@ -197,9 +197,9 @@ def choose_slot_mix(net: PerceptionNet, frames: FrameSet, idx: np.ndarray, mixes
     """The `keypoint_slot_mix` whose READOUT_SLOTS are right most often on frames[idx] (set on `net`), with each
     mix's accuracy for the record."""
     net.cfg.keypoint_slot_mix = 0.0
-    heads = predict(net, *frame_inputs(frames, idx))
+    heads = predict(net, **frame_inputs(frames, idx))
     net.cfg.keypoint_slot_mix = 1.0
-    both = predict(net, *frame_inputs(frames, idx))
+    both = predict(net, **frame_inputs(frames, idx))
     names = list(frames.meta["slot_names"])
     right = {}
     for m in mixes:
