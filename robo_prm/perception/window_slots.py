@@ -52,7 +52,8 @@ class WindowSlotHead(nn.Module):
     def _change(windows, previous, known) -> tuple[torch.Tensor, torch.Tensor]:
         """(previous − current) / 128 per window (zero where no previous frame is known), and the known channel."""
         b, v, p, _, h, w = windows.shape
-        known = torch.full((b,), previous is not None) if known is None else known.bool()
+        known = torch.full((b,), previous is not None, device=windows.device) if known is None \
+            else known.to(windows.device, torch.bool)
         if previous is None:
             previous = windows
         per_window = known[:, None, None].expand(b, v, p).reshape(-1, 1, 1, 1).float()
